@@ -1,0 +1,17 @@
+# dpsynth workflow. Every rule calls a `dpsynth` CLI stage; no logic lives here.
+# Local:    snakemake --cores 2
+# Cluster:  snakemake --cores 8 --profile slurm
+# The parameters are validated by the same loader the CLI and the tests use.
+
+configfile: "params.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand("data/processed/{dataset}.npz", dataset=PARAMS.datasets),
+        expand("data/processed/{dataset}.json", dataset=PARAMS.datasets),

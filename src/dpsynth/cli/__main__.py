@@ -1,0 +1,5 @@
+import sys
+
+from dpsynth.cli import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""`dpsynth config show|check`: the resolved configuration, and validation of a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import yaml
+
+from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.config import load_params, resolve_privacy
+
+
+def _show(args: argparse.Namespace) -> int:
+    params = params_from_args(args)
+    assert params is not None
+    resolved = params.model_dump(mode="json")
+    resolved["resolved"] = {
+        "scale": params.scale,
+        "preset": params.preset.model_dump(mode="json"),
+        "experiments": {
+            name: {"method": e.method, "dataset": e.dataset,
+                   "privacy_plan": resolve_privacy(e, params.preset)}
+            for name, e in params.all_experiments().items()
+        },
+    }
+    if args.format == "json":
+        print(json.dumps(resolved, indent=2, sort_keys=True))
+    else:
+        print(yaml.safe_dump(resolved, sort_keys=False), end="")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    params = load_params(args.file)
+    n = len(params.all_experiments())
+    print(f"{args.file}: OK (scale {params.scale}, {len(params.datasets)} datasets, {n} experiments "
+          f"including sweep cells, {len(params.tables)} tables)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="show or check the configuration")
+    cs = p.add_subparsers(dest="config_cmd", metavar="<show|check>")
+    cs.required = True
+    show = cs.add_parser("show", help="print the resolved configuration")
+    add_params_arg(show)
+    show.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    show.set_defaults(func=_show)
+    check = cs.add_parser("check", help="validate a parameters file")
+    check.add_argument("file")
+    check.set_defaults(func=_check)

@@ -1,0 +1,359 @@
+"""params.yaml: pydantic models, scale presets and experiment expansion.
+
+One loader (``load_params``) serves the CLI, the Snakefile, DVC's stage commands and the
+tests, so a bad value fails the same way everywhere: before any work starts, with the
+key path and the reason (``ConfigError``). Models forbid unknown keys so a typo such as
+``epsilom`` is an error, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from dpsynth.errors import ConfigError
+
+ScaleName = Literal["smoke", "quick", "paper"]
+MethodName = Literal["dp_sinkhorn", "gs_wgan", "entropic_wgan"]
+OptimizerName = Literal["adam", "sgd", "rmsprop"]
+
+#: Sweepable keys: a sweep list over one of these expands into experiments.
+SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size")
+
+_NAME_RE = r"^[A-Za-z][A-Za-z0-9_.\-]*$"
+Name = Annotated[str, Field(pattern=_NAME_RE, max_length=120)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- scales
+
+
+class ScalePreset(_Strict):
+    """Overrides that make a run smaller without changing what it means."""
+
+    train_steps: int | None = Field(
+        default=None,
+        gt=0,
+        description="Step budget; None keeps the experiment's own (paper) setting. A private run "
+        "under a step budget calibrates sigma to meet its (epsilon, delta) target.",
+    )
+    train_subset: int | None = Field(default=None, gt=0, description="Private training records used.")
+    n_synthetic: int = Field(gt=0, description="Labelled images per synthetic dataset.")
+    n_synthetic_sets: int = Field(gt=0, description="Synthetic datasets per generator.")
+    classifier_max_epochs: int = Field(gt=0)
+    classifier_train_subset: int | None = Field(default=None, gt=0)
+    fid_samples: int = Field(gt=0)
+    warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
+    n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
+
+
+# --------------------------------------------------------------------------- privacy
+
+
+class PrivacyTarget(_Strict):
+    """(epsilon, delta) plus exactly one of: a noise multiplier or a step budget.
+
+    With ``sigma`` the number of steps is derived (the papers' way); with ``steps`` the
+    noise multiplier is calibrated (how a small scale stays honest at epsilon 10).
+    ``enabled: false`` is a non-private run and must not carry a target.
+    """
+
+    enabled: bool = True
+    epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    sigma: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    steps: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PrivacyTarget":
+        if not self.enabled:
+            if any(v is not None for v in (self.epsilon, self.delta, self.sigma)):
+                raise ValueError("a non-private run (enabled: false) takes no epsilon, delta or sigma")
+            return self
+        if self.epsilon is None or self.delta is None:
+            raise ValueError("a private run needs both epsilon and delta")
+        if (self.sigma is None) == (self.steps is None):
+            raise ValueError("give exactly one of sigma (steps derived) or steps (sigma calibrated)")
+        return self
+
+
+# --------------------------------------------------------------------------- hyperparameters
+
+
+class Hyper(_Strict):
+    """Hyperparameters shared by the methods; each method reads the ones it uses."""
+
+    batch_size: int = Field(default=50, gt=0)
+    lr: float = Field(default=1e-5, gt=0, allow_inf_nan=False)
+    optimizer: OptimizerName = "adam"
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(default=0.0, ge=0)
+    generator: str = "dcgan28"
+    # DP-Sinkhorn
+    p: float = Field(default=0.2, ge=0, le=1, description="semi-debias mixture fraction")
+    m: float = Field(default=0.0, ge=0, description="L1 weight in the ground cost")
+    alpha_c: float = Field(default=15.0, ge=0, description="label one-hot scale in the joint space")
+    temperature: float = Field(default=0.05, gt=0, description="entropic eps, in the cost's units")
+    clip: float = Field(default=0.5, gt=0, description="clipping bound C")
+    sanitizer: Literal["image", "param", "none"] = "image"
+    # GS-WGAN
+    critic_steps: int = Field(default=5, gt=0)
+    gp_weight: float = Field(default=10.0, ge=0)
+    # entropic WGAN (local privacy)
+    loss: Literal["entropic", "exact", "sinkhorn_divergence"] = "entropic"
+    sinkhorn_iters: int = Field(default=400, gt=0)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):
+            raise ValueError(f"betas must lie in [0, 1), got {list(v)}")
+        return v
+
+
+class LocalMechanism(_Strict):
+    """Local (per-record) privatization applied before training (seed 003)."""
+
+    mechanism: Literal["laplace", "gaussian"]
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, gt=0, lt=0.5)
+    radius: float = Field(gt=0, allow_inf_nan=False)
+    dct: bool = False
+    dct_quantile: float = Field(default=0.8, ge=0, lt=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _delta_for_gaussian(self) -> "LocalMechanism":
+        if self.mechanism == "gaussian" and self.delta is None:
+            raise ValueError("the Gaussian mechanism needs delta in (0, 0.5)")
+        if self.mechanism == "laplace" and self.delta is not None:
+            raise ValueError("the Laplace mechanism is pure epsilon-DP: remove delta")
+        if self.dct and self.mechanism != "laplace":
+            raise ValueError("the DCT option belongs to the Laplace mechanism")
+        return self
+
+
+class Experiment(_Strict):
+    method: MethodName
+    dataset: Name
+    privacy: PrivacyTarget = PrivacyTarget(enabled=False)
+    hparams: Hyper = Hyper()
+    local: LocalMechanism | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _method_rules(self) -> "Experiment":
+        if self.local is not None:
+            if self.method != "entropic_wgan":
+                raise ValueError("local privatization (local:) is for the entropic_wgan method")
+            if self.privacy.enabled:
+                raise ValueError("an experiment on locally privatized data spends its budget in "
+                                 "local:, so privacy.enabled must be false")
+        return self
+
+
+class Sweep(_Strict):
+    """A grid over sweep keys applied to a base experiment's hyperparameters/privacy."""
+
+    base: Name
+    grid: dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], list[Any]]
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if not v:
+            raise ValueError("a sweep needs at least one key")
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"sweep list {key!r} is empty")
+            if len(set(map(str, values))) != len(values):
+                raise ValueError(f"sweep list {key!r} has duplicates: {values}")
+        return v
+
+
+class Table(_Strict):
+    title: str
+    paper: str = Field(description="where the published numbers come from (seed and table)")
+    experiments: list[Name] = []
+    sweeps: list[Name] = []
+
+
+class DataSettings(_Strict):
+    root: str = "data"
+    local_dirs: list[str] = Field(default_factory=list, description="searched for raw files first")
+    celeba_dir: str | None = None
+    mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
+
+
+class Params(_Strict):
+    scale: ScaleName = "quick"
+    seeds: list[Annotated[int, Field(ge=0)]] = [0]
+    data: DataSettings = DataSettings()
+    datasets: list[Name]
+    scales: dict[ScaleName, ScalePreset]
+    experiments: dict[Name, Experiment] = {}
+    sweeps: dict[Name, Sweep] = {}
+    tables: dict[Name, Table] = {}
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("seeds must be a non-empty list without duplicates")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> "Params":
+        from dpsynth.data.registry import DATASETS  # lazy: config is imported by the data layer's CLI
+
+        for name in self.datasets:
+            if name not in DATASETS:
+                raise ValueError(f"datasets: unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})")
+        missing = [s for s in ("smoke", "quick", "paper") if s not in self.scales]
+        if missing:
+            raise ValueError(f"scales: missing preset(s) {missing}")
+        for ename, exp in self.experiments.items():
+            if exp.dataset not in DATASETS:
+                raise ValueError(f"experiments.{ename}.dataset: unknown dataset {exp.dataset!r}")
+        for sname, sweep in self.sweeps.items():
+            if sweep.base not in self.experiments:
+                raise ValueError(f"sweeps.{sname}.base: no experiment named {sweep.base!r}")
+        for tname, table in self.tables.items():
+            for e in table.experiments:
+                if e not in self.experiments:
+                    raise ValueError(f"tables.{tname}.experiments: no experiment named {e!r}")
+            for s in table.sweeps:
+                if s not in self.sweeps:
+                    raise ValueError(f"tables.{tname}.sweeps: no sweep named {s!r}")
+        return self
+
+    # ------------------------------------------------------------------ derived views
+
+    @property
+    def preset(self) -> ScalePreset:
+        return self.scales[self.scale]
+
+    def all_experiments(self) -> dict[str, Experiment]:
+        """Named experiments plus every sweep cell, validated like hand-written ones."""
+        out = dict(self.experiments)
+        for sname, sweep in self.sweeps.items():
+            for name, exp in expand_sweep(sname, sweep, self.experiments[sweep.base]).items():
+                if name in out:
+                    raise ConfigError(f"sweeps.{sname}: expanded experiment {name!r} clashes with an existing name")
+                out[name] = exp
+        return out
+
+    def sweep_members(self, sweep: str) -> list[str]:
+        s = self.sweeps[sweep]
+        return list(expand_sweep(sweep, s, self.experiments[s.base]))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def sweep_cell_name(sweep: str, cell: dict[str, Any]) -> str:
+    """Deterministic, file-safe name of one sweep cell, e.g. ``pm_mnist-p0.2-m1``."""
+    return sweep + "".join(f"-{k}{_fmt(v)}" for k, v in cell.items())
+
+
+def expand_sweep(sname: str, sweep: Sweep, base: Experiment) -> dict[str, Experiment]:
+    keys = list(sweep.grid)
+    out: dict[str, Experiment] = {}
+    for values in itertools.product(*(sweep.grid[k] for k in keys)):
+        cell = dict(zip(keys, values))
+        data = base.model_dump()
+        for k, v in cell.items():
+            if k == "sigma":
+                if not base.privacy.enabled:
+                    raise ConfigError(f"sweeps.{sname}.grid.sigma: base experiment {sweep.base!r} is non-private")
+                data["privacy"]["sigma"], data["privacy"]["steps"] = v, None
+            else:
+                data["hparams"][k] = v
+        name = sweep_cell_name(sname, cell)
+        try:
+            out[name] = Experiment.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_validation(exc, prefix=f"sweeps.{sname} (cell {name})")) from None
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _format_validation(exc: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        key = ".".join(x for x in (prefix, loc) if x) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = err.get("input")
+        if err["type"] not in ("missing",) and not isinstance(got, dict | list):
+            msg += f" (got {got!r})"
+        lines.append(f"{key}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None) -> Params:
+    """Validate an already-loaded mapping; ``scale`` overrides the file's ``scale:``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    if scale is not None:
+        raw = {**raw, "scale": scale}
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_format_validation(exc)}") from None
+    try:
+        params.all_experiments()  # sweep cells must validate too
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return params
+
+
+def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> Params:
+    """Read and validate params.yaml. The one entry point for every consumer."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such parameters file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, source=str(path), scale=scale)
+
+
+def resolve_privacy(exp: Experiment, preset: ScalePreset) -> dict[str, Any]:
+    """The privacy plan an experiment runs with at a scale.
+
+    A scale with a step budget turns a sigma-specified target into a step-budget one (sigma
+    is then calibrated to the same (epsilon, delta)); the target itself never changes.
+    """
+    p = exp.privacy
+    if not p.enabled:
+        return {"enabled": False, "mode": "non_private", "steps": preset.train_steps}
+    if preset.train_steps is not None:
+        return {"enabled": True, "mode": "calibrate_sigma", "epsilon": p.epsilon, "delta": p.delta,
+                "steps": preset.train_steps, "paper_sigma": p.sigma}
+    if p.sigma is not None:
+        return {"enabled": True, "mode": "derive_steps", "epsilon": p.epsilon, "delta": p.delta, "sigma": p.sigma}
+    return {"enabled": True, "mode": "calibrate_sigma", "epsilon": p.epsilon, "delta": p.delta, "steps": p.steps}
+

@@ -1,0 +1,130 @@
+"""The dataset registry: what each dataset is, where it comes from, how it is verified.
+
+Each entry names its preparer (a function in ``dpsynth.data.prepare``) and, for
+downloaded datasets, the official files with their checksums and mirrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpsynth.data.download import RawFile
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    kind: str  # "idx" | "celeba" | "digits" | "manifold2d"
+    description: str
+    shape: tuple[int, ...]  # per-record shape: (C, H, W) for images, (2,) for point clouds
+    num_classes: int
+    files: dict[str, RawFile] = field(default_factory=dict)  # role -> file
+    mirrors: tuple[str, ...] = ()
+    system_dirs: tuple[Path, ...] = ()  # found automatically when present (e.g. Debian packages)
+    options: dict[str, object] = field(default_factory=dict)
+
+
+_IDX_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
+_IDX_NAMES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+              "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_IDX_SIZES = (47040016, 60008, 7840016, 10008)
+
+
+def _idx_files(md5s: tuple[str, ...], sha256s: tuple[str | None, ...]) -> dict[str, RawFile]:
+    return {role: RawFile(name, sha256=sha, md5_gz=md5, size=size)
+            for role, name, md5, sha, size in zip(_IDX_ROLES, _IDX_NAMES, md5s, sha256s, _IDX_SIZES)}
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def _register(spec: DatasetSpec) -> None:
+    DATASETS[spec.name] = spec
+
+
+_register(DatasetSpec(
+    name="mnist",
+    kind="idx",
+    description="MNIST handwritten digits, 60,000 + 10,000 grayscale 28x28",
+    shape=(1, 28, 28),
+    num_classes=10,
+    # The official archives' MD5s (the decompressed SHA-256s are not published by the
+    # maintainers, so MNIST is verified by the archive; see download.verify).
+    files=_idx_files(
+        ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
+         "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"),
+        (None, None, None, None),
+    ),
+    mirrors=("https://ossci-datasets.s3.amazonaws.com/mnist/",
+             "https://storage.googleapis.com/cvdf-datasets/mnist/",
+             "http://yann.lecun.com/exdb/mnist/"),
+))
+
+_register(DatasetSpec(
+    name="fashion_mnist",
+    kind="idx",
+    description="Fashion-MNIST (Zalando), 60,000 + 10,000 grayscale 28x28",
+    shape=(1, 28, 28),
+    num_classes=10,
+    # md5: the official archives (zalandoresearch/fashion-mnist README); sha256: the
+    # decompressed IDX bytes, which are what Debian's recompressed package also holds.
+    files=_idx_files(
+        ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
+         "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"),
+        ("c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+         "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+         "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+         "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"),
+    ),
+    mirrors=("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+             "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"),
+    system_dirs=(Path("/usr/share/datasets/fashion-mnist"),),
+))
+
+_register(DatasetSpec(
+    name="celeba",
+    kind="celeba",
+    description="CelebA aligned faces, centre-cropped and downsampled to 32x32 RGB; label = Male; "
+                "official partition (162,770 train / 19,962 test; validation unused)",
+    shape=(3, 32, 32),
+    num_classes=2,
+    options={"attribute": "Male", "resolution": 32},
+))
+
+_register(DatasetSpec(
+    name="digits",
+    kind="digits",
+    description="scikit-learn's bundled 8x8 handwritten digits (1,797), 0..16 rescaled to uint8",
+    shape=(1, 8, 8),
+    num_classes=10,
+    options={"resolution": 8, "test_fraction": 0.2, "split_seed": 0},
+))
+
+_register(DatasetSpec(
+    name="digits28",
+    kind="digits",
+    description="the same 1,797 digits resized to 28x28 (bilinear), to run the 28x28 generators",
+    shape=(1, 28, 28),
+    num_classes=10,
+    options={"resolution": 28, "test_fraction": 0.2, "split_seed": 0},
+))
+
+for _shape in ("half_circle", "ellipse", "rectangle"):
+    _register(DatasetSpec(
+        name=f"manifold2d_{_shape}",
+        kind="manifold2d",
+        description=f"points drawn uniformly (by arc length) on a 2-D {_shape.replace('_', ' ')}",
+        shape=(2,),
+        num_classes=1,
+        options={"shape": _shape, "n_train": 400000, "n_test": 10000, "seed": 0},
+    ))
+
+
+def get_spec(name: str) -> DatasetSpec:
+    from dpsynth.errors import DataError
+
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise DataError(f"unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})") from None

@@ -1,0 +1,15 @@
+# Data stage: raw sources (local directories first, then verified downloads) -> data/processed.
+
+# Downloads run on the submitting host: compute nodes are often offline.
+localrules:
+    prepare_data,
+
+
+rule prepare_data:
+    output:
+        npz="data/processed/{dataset}.npz",
+        meta="data/processed/{dataset}.json",
+    log:
+        "logs/data/{dataset}.log",
+    shell:
+        "{DPSYNTH} data prepare {wildcards.dataset} --params params.yaml > {log} 2>&1"

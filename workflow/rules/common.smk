@@ -11,6 +11,7 @@ PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 # The interpreter running Snakemake has dpsynth installed; calling it this way works
 # whether or not the virtualenv's bin/ is on PATH (e.g. inside a SLURM job).
 DPSYNTH = f"{shlex.quote(sys.executable)} -m dpsynth.cli"
+ENV = "../envs/dpsynth.yaml"
 
 
 wildcard_constraints:

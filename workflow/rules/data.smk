@@ -11,5 +11,9 @@ rule prepare_data:
         meta="data/processed/{dataset}.json",
     log:
         "logs/data/{dataset}.log",
+    params:
+        cli=DPSYNTH,
+    conda:
+        ENV
     shell:
-        "{DPSYNTH} data prepare {wildcards.dataset} --params params.yaml > {log} 2>&1"
+        "{params.cli} data prepare {wildcards.dataset} --params params.yaml > {log} 2>&1"

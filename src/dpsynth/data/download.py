@@ -107,6 +107,12 @@ def download(spec: RawFile, mirrors: list[str], dest_dir: Path, *, retries: int 
             except DataError as exc:
                 failures.append(str(exc))
                 break  # the mirror answered with bad bytes; retrying it will not help
+            except urllib.error.HTTPError as exc:
+                failures.append(f"{url}: HTTP {exc.code} {exc.reason} (attempt {attempt}/{retries})")
+                if exc.code < 500:
+                    break  # 4xx: the mirror does not have it; only server errors are worth a retry
+                if attempt < retries:
+                    time.sleep(backoff * attempt)
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
                 reason = getattr(exc, "reason", exc)
                 failures.append(f"{url}: {reason} (attempt {attempt}/{retries})")

@@ -1,0 +1,39 @@
+"""Shared test helpers. Tests never touch the network: downloads go to a loopback server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip locally when a system prerequisite is missing, but FAIL under CI, which installs it."""
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must provide this: {reason}")
+    pytest.skip(reason)
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `dpsynth ...` in a subprocess, the way users and workflow rules do."""
+    return subprocess.run([sys.executable, "-m", "dpsynth.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def venv_bin(name: str) -> str:
+    """A console script installed next to the running interpreter (snakemake, dvc)."""
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.fixture
+def fashion_dir() -> Path:
+    require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
+    return FASHION_DIR

@@ -1,0 +1,101 @@
+"""params.yaml validation: bad values fail before any work, name the key, and show no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpsynth.config import load_params, parse_params, resolve_privacy
+from dpsynth.errors import ConfigError
+from tests.conftest import REPO, run_cli
+
+
+def shipped() -> dict:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_shipped_params_are_valid():
+    params = load_params(REPO / "params.yaml")
+    assert params.scale in ("smoke", "quick", "paper")
+    assert set(params.scales) == {"smoke", "quick", "paper"}
+    # sweep cells are experiments too, with deterministic names
+    cells = params.sweep_members("pm_fmnist")
+    assert len(cells) == 6 and "pm_fmnist-p0.2-m1" in cells
+    assert params.all_experiments()["pm_fmnist-p0.2-m1"].hparams.p == 0.2
+
+
+def _break(data: dict, path: str, value) -> dict:
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, key_in_message, reason", [
+    ("experiments.dps_fmnist.privacy.epsilom", 3, "experiments.dps_fmnist.privacy.epsilom", "unknown key"),
+    ("experiments.dps_fmnist.hparams.batch_size", "fifty", "experiments.dps_fmnist.hparams.batch_size", "integer"),
+    ("experiments.dps_fmnist.privacy.epsilon", -1, "experiments.dps_fmnist.privacy.epsilon", "greater than 0"),
+    ("experiments.dps_fmnist.hparams.p", 1.5, "experiments.dps_fmnist.hparams.p", "less than or equal to 1"),
+    ("experiments.dps_fmnist.hparams.p", -0.1, "experiments.dps_fmnist.hparams.p", "greater than or equal to 0"),
+    ("experiments.dps_fmnist.privacy.delta", 1.5, "experiments.dps_fmnist.privacy.delta", "less than 1"),
+    ("sweeps.pm_fmnist.grid.p", [0.0, 3.0], "sweeps.pm_fmnist", "less than or equal to 1"),
+    ("scale", "huge", "scale", "smoke"),
+    ("datasets", ["fashion_mnist", "nope"], "datasets", "unknown dataset 'nope'"),
+    ("sweeps.pm_fmnist.base", "missing_exp", "sweeps.pm_fmnist.base", "no experiment named"),
+])
+def test_bad_values_fail_with_key_and_exit_code(tmp_path, path, value, key_in_message, reason):
+    p = write(tmp_path, _break(shipped(), path, value))
+    res = run_cli("config", "check", str(p))
+    assert res.returncode == 2
+    assert key_in_message in res.stderr and reason in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert str(p) in res.stderr  # names the file too
+
+
+def test_privacy_target_needs_exactly_one_of_sigma_and_steps():
+    data = _break(shipped(), "experiments.dps_fmnist.privacy", {"epsilon": 10, "delta": 1e-5})
+    with pytest.raises(ConfigError, match="exactly one of sigma"):
+        parse_params(data)
+    data = _break(shipped(), "experiments.dps_fmnist.privacy", {"enabled": False, "epsilon": 10})
+    with pytest.raises(ConfigError, match="non-private"):
+        parse_params(data)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    res = run_cli("config", "check", str(tmp_path / "nope.yaml"))
+    assert res.returncode == 2 and "no such parameters file" in res.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scale: [unclosed\n")
+    res = run_cli("config", "check", str(bad))
+    assert res.returncode == 2 and "not valid YAML" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_scale_resolution_keeps_the_target():
+    params = load_params(REPO / "params.yaml", scale="smoke")
+    exp = params.experiments["dps_fmnist"]
+    plan = resolve_privacy(exp, params.preset)
+    assert plan == {"enabled": True, "mode": "calibrate_sigma", "epsilon": 10.0, "delta": 1e-5,
+                    "steps": params.preset.train_steps, "paper_sigma": 1.1}
+    paper = load_params(REPO / "params.yaml", scale="paper")
+    assert resolve_privacy(exp, paper.preset)["mode"] == "derive_steps"
+
+
+def test_config_show_resolves_scale():
+    res = run_cli("config", "show", "--scale", "smoke", "--format", "json", "--params", str(REPO / "params.yaml"))
+    assert res.returncode == 0, res.stderr
+    import json
+
+    out = json.loads(res.stdout)
+    assert out["resolved"]["scale"] == "smoke"
+    assert out["resolved"]["preset"]["train_steps"] == out["scales"]["smoke"]["train_steps"]
+    assert "pm_fmnist-p1-m1" in out["resolved"]["experiments"]

@@ -1,0 +1,297 @@
+"""Gradient sanitizers: the only door from private data to the generator.
+
+Three building blocks, one per privacy barrier of the methods:
+
+- :class:`WholeBatchSanitizer` (DP-Sinkhorn): the gradient w.r.t. the first ``n``
+  generated images is clipped as ONE tensor to ``C`` and gets ``N(0, (2 C sigma)^2)``
+  per coordinate; the ``n'`` extra images (which never meet real data) are clipped only.
+- :class:`PerSampleSanitizer` (GS-WGAN): each sample's image gradient clipped to
+  ``C / B`` and noised with std ``2 (C / B) sigma``.
+- :class:`ParamGradSanitizer` (grad_theta ablation): the whole parameter gradient
+  (one global norm over all parameters) clipped to ``C`` plus ``2 C sigma`` noise.
+
+The math lives in ``release_batch`` which takes a leading *trials* axis, so the
+Monte-Carlo audit runs the very same code vectorised; the autograd paths call it with
+one trial. Every release refuses NaN/Inf (PrivacyError), fires at most once per
+forward, records norms for logging, and draws noise from an explicit torch.Generator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from dpsynth.errors import PrivacyError
+
+# Multiply the clip factor by (1 - _SAFETY * machine eps) so rounding the clipped
+# tensor back to its dtype can never push its norm above the bound.
+_SAFETY = 8.0
+
+
+@dataclass(frozen=True)
+class ReleaseStats:
+    """Norms of the last release (for logs). ``clean_norm`` is before clipping."""
+
+    clean_norm: float
+    clipped_norm: float
+    noise_norm: float
+    released_norm: float
+    clipped: bool
+    extra_clean_norm: float = 0.0  # WholeBatch only: the n' noise-free images
+
+
+def _check_pos(name: str, v: float, allow_zero: bool = False) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v != float("inf")
+    if not ok or (v < 0 if allow_zero else v <= 0):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise PrivacyError(f"{name} must be a finite number {bound}, got {v!r}")
+    return float(v)
+
+
+def _require_finite(t: torch.Tensor, what: str) -> None:
+    if not bool(torch.isfinite(t).all()):
+        raise PrivacyError(f"refusing to release a non-finite (NaN/Inf) {what}; nothing was released")
+
+
+def clip_rows(g: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clip each row of a 2-D tensor to L2 norm ``bound``; returns (clipped, clean norms).
+
+    Norms are taken in float64 so huge float32 values cannot overflow to inf, and the
+    scale carries a safety margin so the result, rounded to ``g.dtype``, is <= bound.
+    """
+    g64 = g.to(torch.float64)
+    norms = torch.linalg.vector_norm(g64, dim=1)
+    margin = 1.0 - _SAFETY * torch.finfo(g.dtype).eps
+    scale = torch.where(norms > bound, bound * margin / norms.clamp_min(1e-300), torch.ones_like(norms))
+    return (g64 * scale[:, None]).to(g.dtype), norms
+
+
+def _noise(shape: torch.Size, std: float, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    z = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float64)
+    return (z * std).to(device=like.device, dtype=like.dtype)
+
+
+class _Barrier(torch.autograd.Function):
+    """Identity forward; backward hands the incoming gradient to the sanitizer."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, owner: _ImageSanitizer, token: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.owner, ctx.token = owner, token
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        return ctx.owner._on_backward(grad, ctx.token), None, None
+
+
+class _ImageSanitizer:
+    """Shared plumbing: the exactly-once guard and the autograd barrier."""
+
+    def __init__(self, clip: float, sigma: float, generator: torch.Generator) -> None:
+        if not isinstance(generator, torch.Generator):
+            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
+        self.clip = _check_pos("clip bound C", clip)
+        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
+        self.generator = generator
+        self.last: ReleaseStats | None = None
+        self.releases = 0  # how many times the backward barrier fired, ever
+        self._tokens = itertools.count(1)
+        self._pending: int | None = None
+        self._shape: torch.Size | None = None
+
+    def attach(self, images: torch.Tensor) -> torch.Tensor:
+        """Return ``images`` unchanged, but sanitize its gradient in the backward pass.
+
+        Use the returned tensor (and only it) in the loss. A backward that reaches an
+        older attachment, or the same one twice (``retain_graph``), raises PrivacyError.
+        """
+        if not images.requires_grad:
+            raise PrivacyError("attach() needs a tensor that requires grad (the generator output)")
+        self._check_shape(images)
+        token = next(self._tokens)
+        self._pending, self._shape = token, images.shape
+        return _Barrier.apply(images, self, token)
+
+    def _on_backward(self, grad: torch.Tensor, token: int) -> torch.Tensor:
+        if token != self._pending:
+            raise PrivacyError(
+                "sanitizer backward fired twice for one forward (or for a stale forward); "
+                "refusing a second release of the same private gradient"
+            )
+        self._pending = None
+        out = self.release_batch(grad.unsqueeze(0))[0]
+        self.releases += 1
+        return out
+
+    def _check_shape(self, images: torch.Tensor) -> None:  # pragma: no cover - overridden
+        pass
+
+    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class WholeBatchSanitizer(_ImageSanitizer):
+    """DP-Sinkhorn image-gradient barrier (DESIGN 5.1): sensitivity 2C, noise std 2 C sigma.
+
+    ``n_private`` is the number of leading images that meet real data; the rest (the
+    semi-debiased loss's n' extra images) are clipped as one tensor to C, not noised.
+    """
+
+    def __init__(self, clip: float, sigma: float, n_private: int, generator: torch.Generator) -> None:
+        super().__init__(clip, sigma, generator)
+        if isinstance(n_private, bool) or not isinstance(n_private, int) or n_private < 1:
+            raise PrivacyError(f"n_private must be a positive integer, got {n_private!r}")
+        self.n_private = n_private
+
+    @property
+    def noise_std(self) -> float:
+        return 2.0 * self.clip * self.sigma
+
+    def _check_shape(self, images: torch.Tensor) -> None:
+        if images.dim() < 1 or images.shape[0] < self.n_private:
+            raise PrivacyError(f"expected at least n_private={self.n_private} images, got shape {tuple(images.shape)}")
+
+    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
+        """Sanitize ``grads`` of shape (trials, n + n', ...); each trial is independent."""
+        _require_finite(grads, "image gradient")
+        t, n = grads.shape[0], self.n_private
+        flat = grads.reshape(t, grads.shape[1], -1)
+        priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)
+        noise = _noise(priv.shape, self.noise_std, self.generator, priv)
+        released = priv + noise
+        extra_norm = torch.zeros(t, dtype=torch.float64)
+        parts = [released]
+        if flat.shape[1] > n:
+            extra, extra_norm = clip_rows(flat[:, n:].reshape(t, -1), self.clip)
+            parts.append(extra)
+        out = torch.cat(parts, dim=1).reshape(grads.shape)
+        _require_finite(out, "sanitized image gradient")
+        self.last = ReleaseStats(
+            clean_norm=float(priv_norm[-1]),
+            clipped_norm=float(torch.linalg.vector_norm(priv[-1].double())),
+            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
+            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
+            clipped=bool(priv_norm[-1] > self.clip),
+            extra_clean_norm=float(extra_norm[-1]),
+        )
+        return out
+
+
+class PerSampleSanitizer(_ImageSanitizer):
+    """GS-WGAN barrier (DESIGN 5.2): per-sample clip to C/B, noise std 2 (C/B) sigma."""
+
+    def __init__(self, clip: float, sigma: float, batch_size: int, generator: torch.Generator) -> None:
+        super().__init__(clip, sigma, generator)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise PrivacyError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+
+    @property
+    def sample_bound(self) -> float:
+        return self.clip / self.batch_size
+
+    @property
+    def noise_std(self) -> float:
+        return 2.0 * self.sample_bound * self.sigma
+
+    def _check_shape(self, images: torch.Tensor) -> None:
+        if images.dim() < 1 or images.shape[0] != self.batch_size:
+            raise PrivacyError(
+                f"expected a batch of batch_size={self.batch_size} samples, got shape {tuple(images.shape)} "
+                "(the accountant's B must be the batch actually released)"
+            )
+
+    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
+        """Sanitize ``grads`` of shape (trials, B, ...)."""
+        _require_finite(grads, "per-sample image gradient")
+        t, b = grads.shape[0], grads.shape[1]
+        clipped, norms = clip_rows(grads.reshape(t * b, -1), self.sample_bound)
+        clipped = clipped.reshape(t, b, -1)
+        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)
+        released = clipped + noise
+        _require_finite(released, "sanitized per-sample gradient")
+        norms = norms.reshape(t, b)
+        self.last = ReleaseStats(
+            clean_norm=float(norms[-1].max()),  # the largest per-sample norm
+            clipped_norm=float(torch.linalg.vector_norm(clipped[-1].double(), dim=1).max()),
+            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
+            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
+            clipped=bool((norms[-1] > self.sample_bound).any()),
+        )
+        return released.reshape(grads.shape)
+
+
+class ParamGradSanitizer:
+    """grad_theta ablation: clip ALL parameter gradients by one global norm to C, add 2 C sigma noise.
+
+    Call :meth:`sanitize_` after ``loss.backward()`` and before ``optimizer.step()``. A
+    post-accumulate hook on every parameter counts backward passes: a second backward
+    before sanitizing (which would double the sensitivity) or sanitizing twice raises.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], clip: float, sigma: float, generator: torch.Generator) -> None:
+        if not isinstance(generator, torch.Generator):
+            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise PrivacyError("ParamGradSanitizer needs at least one parameter that requires grad")
+        self.clip = _check_pos("clip bound C", clip)
+        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
+        self.generator = generator
+        self.last: ReleaseStats | None = None
+        self.releases = 0
+        self._hits: dict[int, int] = {}
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_accumulate) for p in self.params]
+
+    @property
+    def noise_std(self) -> float:
+        return 2.0 * self.clip * self.sigma
+
+    def _on_accumulate(self, p: torch.Tensor) -> None:
+        n = self._hits.get(id(p), 0) + 1
+        if n > 1:
+            raise PrivacyError(
+                "a second backward accumulated into a parameter gradient before sanitize_(); "
+                "that would release two private gradients under one clip"
+            )
+        self._hits[id(p)] = n
+
+    def remove(self) -> None:
+        """Detach the hooks (end of training)."""
+        for h in self._handles:
+            h.remove()
+
+    def sanitize_(self) -> ReleaseStats:
+        """Clip + noise the parameter gradients in place; exactly once per backward."""
+        if not self._hits:
+            raise PrivacyError("sanitize_() called without a fresh backward pass (would re-release or release nothing)")
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])[None]
+        out = self.release_batch(flat)[0]
+        offset = 0
+        for p in self.params:
+            k = p.numel()
+            p.grad = out[offset : offset + k].view_as(p).clone()
+            offset += k
+        self._hits.clear()
+        self.releases += 1
+        assert self.last is not None
+        return self.last
+
+    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
+        """Sanitize flattened parameter gradients of shape (trials, P)."""
+        _require_finite(grads, "parameter gradient")
+        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)
+        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)
+        released = clipped + noise
+        _require_finite(released, "sanitized parameter gradient")
+        self.last = ReleaseStats(
+            clean_norm=float(norms[-1]),
+            clipped_norm=float(torch.linalg.vector_norm(clipped[-1].double())),
+            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
+            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
+            clipped=bool(norms[-1] > self.clip),
+        )
+        return released.reshape(grads.shape)

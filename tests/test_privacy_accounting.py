@@ -1,0 +1,117 @@
+"""Accountants: the papers' numbers, monotone searches, GS-WGAN both ways, bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpsynth.errors import PrivacyError
+from dpsynth.privacy import accounting as acc
+
+MNIST_Q = 50 / 60000
+
+
+def test_classic_orders_are_tf_privacy_classic() -> None:
+    assert acc.CLASSIC_ORDERS[0] == pytest.approx(1.1) and acc.CLASSIC_ORDERS[98] == pytest.approx(10.9)
+    assert acc.CLASSIC_ORDERS[99:] == tuple(range(12, 64))
+
+
+def test_dp_sinkhorn_mnist_steps_classic_about_3_46_million() -> None:
+    classic = acc.max_steps(1.1, MNIST_Q, 1e-5, 10.0)
+    modern = acc.max_steps(1.1, MNIST_Q, 1e-5, 10.0, conversion="modern")
+    # DESIGN 5.1: "about 3.46 million steps with the classic conversion"; 1% tolerance.
+    assert 3.42e6 <= classic <= 3.50e6
+    assert modern > classic  # the modern conversion is tighter
+    # the boundary is exact: one more step crosses the target
+    assert acc.epsilon(1.1, MNIST_Q, classic, 1e-5)["rdp_classic"] <= 10.0
+    assert acc.epsilon(1.1, MNIST_Q, classic + 1, 1e-5)["rdp_classic"] > 10.0
+
+
+def test_classic_conversion_matches_formula_and_is_looser_than_modern() -> None:
+    rdp = acc.one_step_rdp(1.1, MNIST_Q) * 1000
+    a = np.array(acc.CLASSIC_ORDERS)
+    by_hand = float(np.min(rdp + math.log(1e5) / (a - 1)))
+    eps = acc.epsilon(1.1, MNIST_Q, 1000, 1e-5)
+    assert eps["rdp_classic"] == pytest.approx(by_hand, rel=1e-12)
+    assert eps["rdp_modern"] < eps["rdp_classic"]
+
+
+def test_rdp_linear_in_steps_and_epsilon_monotone() -> None:
+    e = [acc.epsilon(1.1, MNIST_Q, t, 1e-5)["rdp_classic"] for t in (10, 1000, 100000, 3_000_000)]
+    assert all(x < y for x, y in zip(e, e[1:]))
+    assert acc.epsilon(1.1, MNIST_Q, 0, 1e-5)["rdp_modern"] == 0.0
+
+
+def test_pld_is_tightest() -> None:
+    eps = acc.epsilon(1.1, MNIST_Q, 100_000, 1e-5, pld=True)
+    assert 0 < eps["pld"] < eps["rdp_modern"] < eps["rdp_classic"]
+
+
+def test_calibrate_sigma_inverts_max_steps() -> None:
+    sigma = acc.calibrate_sigma(MNIST_Q, 3_464_000, 1e-5, 10.0)
+    assert sigma == pytest.approx(1.1, rel=2e-3)
+    assert acc.epsilon(sigma, MNIST_Q, 3_464_000, 1e-5)["rdp_classic"] <= 10.0  # never over budget
+
+
+def test_celeba_steps_match_design() -> None:
+    # DESIGN 5.1: epsilon 10 after ~0.46 M steps, 1.1 M steps is epsilon ~16 (5% tolerance).
+    q = 200 / 162770
+    assert acc.max_steps(0.8, q, 1e-6, 10.0) == pytest.approx(0.46e6, rel=0.05)
+    assert acc.epsilon(0.8, q, 1_100_000, 1e-6)["rdp_classic"] == pytest.approx(16, rel=0.05)
+
+
+def test_without_replacement_is_replace_one_and_costs_more() -> None:
+    wor = acc.epsilon(1.1, MNIST_Q, 10000, 1e-5, sampling="without_replacement")["rdp_classic"]
+    poi = acc.epsilon(1.1, MNIST_Q, 10000, 1e-5)["rdp_classic"]
+    assert wor > poi > 0  # replace-one neighbours: sensitivity doubles in effect
+    assert acc.neighboring_relation("without_replacement").name == "REPLACE_ONE"
+
+
+def test_gswgan_published_settings_both_ways() -> None:
+    eps = acc.gswgan_epsilon(1.07, 1000, 32, 20000, 1e-5)
+    # DESIGN 5.2: as published ~9.2-10; sound ~366 (hundreds)
+    assert 9.0 <= eps["as_published"]["rdp_modern"] <= eps["as_published"]["rdp_classic"] <= 10.5
+    assert 300 <= eps["sound"]["rdp_modern"] <= 400
+    assert eps["sound"]["rdp_classic"] > eps["as_published"]["rdp_classic"]
+
+
+def test_gswgan_sound_sigma_meets_target() -> None:
+    sigma = acc.gswgan_sound_sigma(1000, 32, 20000, 1e-5, 10.0)
+    assert sigma > 1.07
+    assert acc.gswgan_epsilon(sigma, 1000, 32, 20000, 1e-5)["sound"]["rdp_classic"] <= 10.0
+    assert acc.gswgan_epsilon(sigma * 0.99, 1000, 32, 20000, 1e-5)["sound"]["rdp_classic"] > 10.0
+    assert acc.gswgan_sound_max_steps(sigma, 1000, 32, 1e-5, 10.0) >= 20000
+
+
+def test_gaussian_exact_matches_known_value() -> None:
+    # mu = 1: the analytic Gaussian mechanism gives delta(eps=1) = Phi(-0.5) - e Phi(-1.5)
+    from scipy.stats import norm
+
+    d1 = norm.cdf(-0.5) - math.e * norm.cdf(-1.5)
+    assert acc.gaussian_epsilon_exact(1.0, d1) == pytest.approx(1.0, abs=1e-8)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: acc.epsilon(0.0, 0.01, 10, 1e-5),
+        lambda: acc.epsilon(-1.0, 0.01, 10, 1e-5),
+        lambda: acc.epsilon(float("nan"), 0.01, 10, 1e-5),
+        lambda: acc.epsilon(1.0, 0.0, 10, 1e-5),
+        lambda: acc.epsilon(1.0, 1.5, 10, 1e-5),
+        lambda: acc.epsilon(1.0, 0.01, 10, 0.0),
+        lambda: acc.epsilon(1.0, 0.01, 10, 1.0),
+        lambda: acc.epsilon(1.0, 0.01, -1, 1e-5),
+        lambda: acc.max_steps(1.0, 0.01, 1e-5, 0.0),
+        lambda: acc.max_steps(1.0, 0.01, 1e-5, -3.0),
+        lambda: acc.max_steps(1.0, 0.01, 1e-5, 1.0, conversion="bogus"),
+        lambda: acc.calibrate_sigma(0.01, 100, 1e-5, 0.0),
+        lambda: acc.epsilon(1.0, 0.01, 10, 1e-5, sampling="shuffle"),
+        lambda: acc.gswgan_epsilon(1.0, 0, 32, 10, 1e-5),
+    ],
+)
+def test_bad_inputs_raise_privacy_error(call) -> None:
+    with pytest.raises(PrivacyError):
+        call()

@@ -1,0 +1,31 @@
+"""Generators for the DP generative models, and ``build_generator`` so configs name them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpsynth.errors import ConfigError
+from dpsynth.nets.base import LATENT_DISTS, Generator
+from dpsynth.nets.biggan import BigGANGenerator
+from dpsynth.nets.dcgan import DCGANGenerator
+from dpsynth.nets.mlp import MLPGenerator
+
+__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MLPGenerator", "build_generator"]
+
+GENERATORS: dict[str, type[Generator]] = {
+    "dcgan": DCGANGenerator,
+    "biggan": BigGANGenerator,
+    "mlp": MLPGenerator,
+}
+
+
+def build_generator(name: str, **kwargs: Any) -> Generator:
+    """Instantiate a generator by config name; unknown names/arguments raise ConfigError."""
+    try:
+        cls = GENERATORS[name]
+    except KeyError:
+        raise ConfigError(f"unknown generator {name!r}; choose one of {sorted(GENERATORS)}") from None
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"generator {name!r}: bad arguments {sorted(kwargs)}: {exc}") from exc

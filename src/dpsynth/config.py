@@ -102,7 +102,13 @@ class Hyper(_Strict):
     optimizer: OptimizerName = "adam"
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = Field(default=0.0, ge=0)
-    generator: str = "dcgan28"
+    generator: str = Field(default="dcgan", description="dpsynth.nets generator name")
+    max_steps: int | None = Field(default=None, gt=0, description="steps of a non-private run when the "
+                                  "scale sets no step budget")
+    sinkhorn_iters: int | None = Field(default=None, gt=0, description="Sinkhorn iterations per solve "
+                                       "(None: the method's default)")
+    sinkhorn_scaling: float | None = Field(default=0.5, gt=0, lt=1, description="eps-scaling factor of the "
+                                           "annealed solver (None: no annealing)")
     # DP-Sinkhorn
     p: float = Field(default=0.2, ge=0, le=1, description="semi-debias mixture fraction")
     m: float = Field(default=0.0, ge=0, description="L1 weight in the ground cost")
@@ -113,9 +119,15 @@ class Hyper(_Strict):
     # GS-WGAN
     critic_steps: int = Field(default=5, gt=0)
     gp_weight: float = Field(default=10.0, ge=0)
+    drift: float = Field(default=1e-3, ge=0, description="critic drift penalty on D(real)^2")
+    ema_decay: float = Field(default=0.999, ge=0, lt=1, description="released generator = EMA of the generator")
+    model_dim: int = Field(default=64, gt=0, description="GS-WGAN generator/critic width d")
     # entropic WGAN (local privacy)
     loss: Literal["entropic", "exact", "sinkhorn_divergence"] = "entropic"
-    sinkhorn_iters: int = Field(default=400, gt=0)
+    cost_p: Literal[1, 2] | None = Field(default=None, description="p of the ||x-y||_p^p cost; None: matched "
+                                         "to the local mechanism (laplace -> 1, gaussian -> 2)")
+    allow_mismatch: bool = Field(default=False, description="allow a cost_p that does not match the local "
+                                 "mechanism (ablation only; otherwise an error)")
 
     @field_validator("betas")
     @classmethod
@@ -157,6 +169,8 @@ class Experiment(_Strict):
 
     @model_validator(mode="after")
     def _method_rules(self) -> "Experiment":
+        if self.method == "dp_sinkhorn" and self.privacy.enabled and self.hparams.sanitizer == "none":
+            raise ValueError("a private DP-Sinkhorn run needs a sanitizer (image or param), not 'none'")
         if self.local is not None:
             if self.method != "entropic_wgan":
                 raise ValueError("local privatization (local:) is for the entropic_wgan method")

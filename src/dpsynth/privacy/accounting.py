@@ -13,6 +13,7 @@ RDP is linear in the number of steps, so everything here computes the RDP of ONE
 
 from __future__ import annotations
 
+import logging
 import math
 from fractions import Fraction
 from functools import lru_cache
@@ -25,6 +26,11 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpsynth.errors import PrivacyError
+
+# dp-accounting logs a warning (through absl) for every RDP order whose series does not
+# converge at small sigma and simply excludes that order -- correct and conservative, but
+# it floods training logs during sigma calibration. Keep errors, drop those warnings.
+logging.getLogger("absl").setLevel(logging.ERROR)
 
 # TensorFlow Privacy's classic ``compute_dp_sgd_privacy`` orders (the papers' numbers).
 CLASSIC_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))

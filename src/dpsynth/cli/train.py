@@ -1,0 +1,76 @@
+"""`dpsynth train EXPERIMENT`: train one experiment's generator (resumes from its checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.errors import DpsynthError
+
+
+def data_path(params, name: str) -> Path:
+    """The private data an experiment trains on: privatized records for local-DP experiments."""
+    exp = params.all_experiments()[name]
+    root = Path(params.data.root)
+    if exp.local is not None:
+        return root / "privatized" / f"{name}.npz"
+    return root / "processed" / f"{exp.dataset}.npz"
+
+
+def build_context(args: argparse.Namespace):
+    import numpy as np
+    import torch
+
+    from dpsynth.config import resolve_privacy
+    from dpsynth.data.dataset import Dataset, load_processed
+    from dpsynth.methods.base import TrainContext, subset_indices
+
+    params = params_from_args(args)
+    experiments = params.all_experiments()
+    if args.experiment not in experiments:
+        raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
+    exp = experiments[args.experiment]
+    seed = params.seeds[0] if args.seed is None else args.seed
+    full = load_processed(data_path(params, args.experiment))
+    idx = subset_indices(len(full.x_train), params.preset.train_subset, seed)
+    data = full if idx is None else Dataset(full.name, full.x_train[idx], full.y_train[idx],
+                                            full.x_test[:0], full.y_test[:0], full.num_classes)
+    # The trainer never sees the test split: it is for the evaluation stage only.
+    data = Dataset(data.name, data.x_train, data.y_train, data.x_test[:0], data.y_test[:0], data.num_classes)
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return TrainContext(
+        name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
+        data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
+        device=device, progress=not args.no_progress,
+    )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from dpsynth.methods import get_method
+
+    ctx = build_context(args)
+    method = get_method(ctx.experiment.method)
+    t0 = time.perf_counter()
+    summary = method.train(ctx)
+    summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train an experiment's generator")
+    p.add_argument("experiment")
+    add_params_arg(p)
+    p.add_argument("--seed", type=int, default=None, help="training seed (default: first of params seeds)")
+    p.add_argument("--out", default="models", help="models directory (default: models)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    p.set_defaults(func=_train)

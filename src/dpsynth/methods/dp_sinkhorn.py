@@ -1,0 +1,299 @@
+"""DP-Sinkhorn (seeds 000-002, DESIGN 5.1): a conditional generator trained on the
+semi-debiased Sinkhorn loss, private through the image-gradient barrier.
+
+One step: Poisson-sample the real batch (each record with probability q = B/N), generate a
+FIXED batch of n + n' images (n = B, n' = floor(p n)), embed (image, alpha_c * onehot), compute
+``S_p = 2 W(X[:n], Y) - W(X[:n], X[n':n+n'])`` and back-propagate through the sanitizer,
+which clips the gradient w.r.t. the first n images as one tensor to C and adds
+N(0, (2 C sigma)^2) noise (the n' images, which never meet real data, are clipped only).
+The ``param`` ablation instead clips/noises the whole parameter gradient (C = 1 there).
+
+An empty Poisson batch still counts as a step: the real term contributes no gradient, the
+sanitizer still releases noise, and the accountant charges it. The real batch is padded
+with zero-weight points to a bucketed size, so shapes take few distinct values.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dpsynth.errors import DataError, DpsynthError
+from dpsynth.methods.base import (
+    Checkpointer,
+    Preempted,
+    TrainContext,
+    TrainLog,
+    images_to_float,
+    rng_state,
+    save_generator,
+    set_rng_state,
+    sigterm_flag,
+)
+from dpsynth.nets import build_generator
+from dpsynth.ot import embed_with_labels, entropic_ot, make_cost, num_extra
+from dpsynth.privacy import accounting as acc
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report
+from dpsynth.privacy.sanitizers import ParamGradSanitizer, WholeBatchSanitizer
+
+#: DP-Sinkhorn's default Sinkhorn iterations per solve (annealed from the largest cost down
+#: to eps with factor ``sinkhorn_scaling``; ~16 annealing iterations, the rest at eps).
+DEFAULT_ITERS = 30
+#: Pad the Poisson batch to a multiple of this many points (zero weights).
+BUCKET = 16
+LOG_EVERY = 25
+LOG_FIELDS = ["loss", "real_batch", "clean_norm", "noise_norm", "epsilon", "steps_per_s"]
+
+
+def validate_data(ctx: TrainContext) -> None:
+    """Clear errors before any training: wrong shape/range, empty data, bad labels, batch > N."""
+    d, h = ctx.data, ctx.experiment.hparams
+    x, y = d.x_train, d.y_train
+    if x.ndim == 4:
+        if x.dtype != np.uint8:
+            raise DataError(f"{ctx.name}: images must be uint8 (N, C, H, W), got {x.dtype}")
+        if x.shape[2:] not in ((28, 28), (32, 32)):
+            raise DataError(f"{ctx.name}: generators exist for 28x28 and 32x32 images, got {x.shape[2:]}")
+    elif x.ndim == 2:
+        if not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
+            raise DataError(f"{ctx.name}: point-cloud records must be finite floats, got {x.dtype}")
+    else:
+        raise DataError(f"{ctx.name}: records must be images (N, C, H, W) or points (N, D), got shape {x.shape}")
+    if x.shape[0] == 0:
+        raise DataError(f"{ctx.name}: the private training set is empty")
+    if y.shape != (x.shape[0],):
+        raise DataError(f"{ctx.name}: {y.shape[0]} labels for {x.shape[0]} records")
+    if y.min() < 0 or y.max() >= d.num_classes:
+        raise DataError(f"{ctx.name}: labels must lie in [0, {d.num_classes}), got [{y.min()}, {y.max()}]")
+    if h.batch_size > x.shape[0]:
+        raise DataError(f"{ctx.name}: batch_size {h.batch_size} is larger than the dataset ({x.shape[0]} records)")
+
+
+def generator_arch(ctx: TrainContext) -> dict[str, Any]:
+    """Architecture from the hyperparameters and the data's shape (DESIGN 5.1)."""
+    h, d = ctx.experiment.hparams, ctx.data
+    if d.x_train.ndim == 2:
+        if h.generator != "mlp":
+            raise DpsynthError(f"{ctx.name}: point-cloud data needs hparams.generator 'mlp', not {h.generator!r}")
+        return {"name": "mlp", "kwargs": {"latent_dim": 2, "output_dim": int(d.x_train.shape[1]),
+                                          "hidden": [256, 256], "latent_dist": "uniform_symmetric"}}
+    c, size = d.x_train.shape[1], d.x_train.shape[2]
+    if h.generator == "dcgan":
+        kwargs = {"latent_dim": 12 if c == 1 else 32, "num_classes": d.num_classes, "embed_dim": 4,
+                  "out_channels": c, "image_size": size}
+    elif h.generator == "biggan":
+        kwargs = {"latent_dim": 32, "num_classes": d.num_classes, "out_channels": c, "image_size": size}
+    else:
+        raise DpsynthError(f"{ctx.name}: hparams.generator {h.generator!r} is not a DP-Sinkhorn image generator "
+                           f"(dcgan or biggan)")
+    return {"name": h.generator, "kwargs": kwargs}
+
+
+def records_to_float(x: np.ndarray) -> torch.Tensor:
+    """Images -> [-1, 1] (tanh output); point clouds are used as they are."""
+    return images_to_float(x, "tanh") if x.ndim == 4 else torch.from_numpy(x.astype(np.float32))
+
+
+def embed(points: torch.Tensor, labels: torch.Tensor | None, num_classes: int, alpha_c: float) -> torch.Tensor:
+    """Joint (record, alpha_c * onehot(label)) space; unconditional models use the record alone."""
+    if labels is None:
+        return points.reshape(points.shape[0], -1)
+    return embed_with_labels(points, labels, num_classes, alpha_c, validate=False)
+
+
+def privacy_schedule(ctx: TrainContext) -> tuple[float | None, int, int]:
+    """(sigma, steps, budget-relevant steps) from the plan: derive steps or calibrate sigma."""
+    plan, h = ctx.privacy_plan, ctx.experiment.hparams
+    n = ctx.data.x_train.shape[0]
+    if not plan["enabled"]:
+        steps = plan.get("steps") or h.max_steps
+        if steps is None:
+            raise DpsynthError(f"{ctx.name}: a non-private run needs hparams.max_steps (or a scale step budget)")
+        return None, int(steps), int(steps)
+    q = h.batch_size / n
+    if plan["mode"] == "derive_steps":
+        sigma = float(plan["sigma"])
+        steps = acc.max_steps(sigma, q, plan["delta"], plan["epsilon"], conversion="classic")
+        if steps < 1:
+            raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan['epsilon']}")
+    else:
+        steps = int(plan["steps"])
+        sigma = acc.calibrate_sigma(q, steps, plan["delta"], plan["epsilon"], conversion="classic")
+    return sigma, steps, steps
+
+
+def _make_optimizer(params: Any, h: Any) -> torch.optim.Optimizer:
+    if h.optimizer == "adam":
+        return torch.optim.Adam(params, lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
+    if h.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=h.lr, weight_decay=h.weight_decay)
+    return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay)
+
+
+def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, extra: dict[str, Any]) -> PrivacyReport:
+    h, plan, n = ctx.experiment.hparams, ctx.privacy_plan, ctx.data.x_train.shape[0]
+    if sigma is None:
+        return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0,
+                             epsilon={"non_private": math.inf}, headline="non_private", steps=steps_done,
+                             dataset_size=n, batch_size=h.batch_size, extra=extra)
+    mech = {"image": "dp_sinkhorn image-gradient (whole-batch clip, sensitivity 2C)",
+            "param": "dp_sinkhorn parameter-gradient (grad_theta ablation)"}[h.sanitizer]
+    rep = dp_sgd_report(mechanism=mech, sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps_done,
+                        delta=plan["delta"], clip=h.clip if h.sanitizer == "image" else 1.0,
+                        target_epsilon=plan["epsilon"])
+    rep.extra.update(extra)
+    return rep
+
+
+def train(ctx: TrainContext) -> dict[str, Any]:
+    validate_data(ctx)
+    h = ctx.experiment.hparams
+    dev = ctx.device
+    sigma, total_steps, _ = privacy_schedule(ctx)
+    private = sigma is not None
+    n_records = ctx.data.x_train.shape[0]
+    q = h.batch_size / n_records
+    n, n_extra = h.batch_size, num_extra(h.batch_size, h.p)
+    n_iter = h.sinkhorn_iters or DEFAULT_ITERS
+    cost = make_cost("l2_l1", m=h.m) if h.m > 0 else make_cost("sqeuclidean")
+    num_classes = ctx.data.num_classes
+
+    x_all = records_to_float(ctx.data.x_train).to(dev)
+    y_all = torch.from_numpy(ctx.data.y_train).to(dev)
+
+    arch = generator_arch(ctx)
+    torch.manual_seed(ctx.seed)
+    G = build_generator(arch["name"], **arch["kwargs"]).to(dev)
+    opt = _make_optimizer(G.parameters(), h)
+    g_model = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1)  # latents, labels
+    g_data = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 2)  # Poisson sampling
+    g_noise = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 3)  # sanitizer noise
+    gens = {"model": g_model, "data": g_data, "noise": g_noise}
+
+    clip_param = 1.0  # DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1
+    san_img = WholeBatchSanitizer(h.clip, sigma, n_private=n, generator=g_noise) \
+        if private and h.sanitizer == "image" else None
+    san_par = ParamGradSanitizer(list(G.parameters()), clip_param, sigma, generator=g_noise) \
+        if private and h.sanitizer == "param" else None
+    guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"]) if private else None
+
+    ckpt = Checkpointer(ctx.checkpoint_path)
+    state = ckpt.load()
+    step = 0
+    if state is not None:
+        if state["total_steps"] != total_steps or state["sigma"] != sigma or state["arch"] != arch:
+            raise DpsynthError(f"{ctx.checkpoint_path}: checkpoint belongs to a different configuration "
+                               f"(steps/sigma/architecture changed); delete it to start over")
+        G.load_state_dict(state["generator"])
+        opt.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], gens)
+        step = state["step"]
+        if guard is not None:
+            guard = BudgetGuard.from_state_dict(state["guard"])
+        if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
+            return {"experiment": ctx.name, "steps": step, "resumed": True, "already_done": True, "sigma": sigma}
+
+    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None)
+
+    def save_checkpoint(done: bool = False) -> None:
+        ckpt.save({"step": step, "total_steps": total_steps, "sigma": sigma, "arch": arch, "done": done,
+                   "generator": G.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(gens),
+                   "guard": guard.state_dict() if guard is not None else None})
+
+    stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
+    G.train()
+    t_start, steps_start = time.perf_counter(), step
+    bar = tqdm(total=total_steps, initial=step, disable=not ctx.progress, desc=ctx.name, unit="step",
+               dynamic_ncols=True)
+    try:
+        with sigterm_flag() as flag:
+            while step < stop_at:
+                if guard is not None:
+                    guard.step()  # refuses (PrivacyError) before a step that would exceed the target
+                loss, k = _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter,
+                                gens, san_img, san_par)
+                step += 1
+                bar.update(1)
+                if step % LOG_EVERY == 0 or step == total_steps:
+                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+                    eps_spent = guard.epsilon_spent() if guard is not None else math.inf
+                    last = (san_img.last if san_img is not None else san_par.last if san_par is not None else None)
+                    log.write(step, loss=loss, real_batch=k, epsilon=eps_spent, steps_per_s=rate,
+                              clean_norm=last.clean_norm if last else float("nan"),
+                              noise_norm=last.noise_norm if last else 0.0)
+                    bar.set_postfix(loss=f"{loss:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
+                if step % ctx.checkpoint_every == 0 and step < total_steps:
+                    log.flush()
+                    save_checkpoint()
+                if flag["stop"]:
+                    log.flush()
+                    save_checkpoint()
+                    raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")
+    finally:
+        bar.close()
+        log.close()
+        if san_par is not None:
+            san_par.remove()
+
+    elapsed = time.perf_counter() - t_start
+    rate = (step - steps_start) / max(elapsed, 1e-9)
+    if step < total_steps:  # stopped early on purpose (tests simulate a kill this way)
+        save_checkpoint()
+        return {"experiment": ctx.name, "steps": step, "finished": False}
+
+    meta = {"num_classes": num_classes, "record_shape": list(ctx.data.record_shape),
+            "output_range": "tanh" if ctx.data.is_image else "identity",
+            "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale, "seed": ctx.seed}
+    G.eval()
+    report = _final_report(ctx, sigma, step, {"experiment": ctx.name, "scale": ctx.scale, "sanitizer":
+                                              h.sanitizer if private else "none", "p": h.p, "m": h.m,
+                                              "temperature": h.temperature, "sinkhorn_iters": n_iter,
+                                              "sinkhorn_scaling": h.sinkhorn_scaling})
+    save_generator(ctx.generator_path, G, arch, meta)
+    report.write(ctx.privacy_path)
+    save_checkpoint(done=True)
+    return {"experiment": ctx.name, "steps": step, "sigma": sigma, "steps_per_s_this_run": round(rate, 2),
+            "epsilon": report.epsilon, "finished": True}
+
+
+def _poisson_batch(x_all: torch.Tensor, y_all: torch.Tensor, q: float, gen: torch.Generator
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Each record independently with probability q, padded with zero-weight points to a bucket."""
+    mask = torch.rand(x_all.shape[0], generator=gen, device=x_all.device) < q
+    idx = mask.nonzero().squeeze(1)
+    k = int(idx.numel())
+    size = max(BUCKET, -(-k // BUCKET) * BUCKET)
+    xs = torch.zeros((size, *x_all.shape[1:]), dtype=x_all.dtype, device=x_all.device)
+    ys = torch.zeros(size, dtype=y_all.dtype, device=y_all.device)
+    w = torch.zeros(size, dtype=x_all.dtype, device=x_all.device)
+    if k:
+        xs[:k], ys[:k], w[:k] = x_all[idx], y_all[idx], 1.0 / k
+    return xs, ys, w, k
+
+
+def _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gens, san_img, san_par
+          ) -> tuple[float, int]:
+    xs, ys, w, k = _poisson_batch(x_all, y_all, q, gens["data"])
+    z = G.sample_latent(n + n_extra, gens["model"])
+    labels = G.sample_labels(n + n_extra, gens["model"])
+    imgs = G(z, labels)
+    if san_img is not None:
+        imgs = san_img.attach(imgs)
+    xg = embed(imgs, labels, num_classes, h.alpha_c)
+    x, x_second = xg[:n], xg[n_extra:n + n_extra]
+    kw = dict(eps=h.temperature, cost=cost, n_iter=n_iter, scaling=h.sinkhorn_scaling, validate=False)
+    loss = -entropic_ot(x, x_second, **kw)
+    if k:  # an empty Poisson batch contributes no real term (but the step still counts)
+        yr = embed(xs, ys if labels is not None else None, num_classes, h.alpha_c)
+        loss = loss + 2.0 * entropic_ot(x, yr, None, w, **kw)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if san_par is not None:
+        san_par.sanitize_()
+    opt.step()
+    return float(loss.detach()), k

@@ -1,0 +1,286 @@
+"""GS-WGAN (seed 004, DESIGN 5.2): a private generator trained against N_d warm-started critics.
+
+Each generator step picks one critic uniformly at random; that critic takes ``critic_steps``
+WGAN-GP steps on its own shard (non-private: critics are never released), then the
+generator takes one step on ``-mean D(G(z), y)``. The ONLY path from private data to the
+generator is the gradient w.r.t. the generated images, which goes through
+``PerSampleSanitizer`` (per-sample clip ``C/B``, noise std ``2 (C/B) sigma``): the critic's
+weights enter the generator step detached, and the generator's initialisation, latents
+and labels never touch the data. The released generator is an EMA of the generator.
+
+Privacy, both ways (``privacy.accounting.gswgan_epsilon``): a run given a step budget
+(``calibrate_sigma``) calibrates sigma with the SOUND accountant and is held to it; a run
+given the paper's sigma (``derive_steps``) derives its steps the published way (so the paper
+scale reproduces the paper's 20,000 steps) and its report shows the sound epsilon beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dpsynth.errors import ConfigError, DataError, DpsynthError, PrivacyError
+from dpsynth.methods.base import (
+    Checkpointer,
+    Preempted,
+    TrainContext,
+    TrainLog,
+    rng_state,
+    save_generator,
+    set_rng_state,
+    sigterm_flag,
+)
+from dpsynth.methods.gswgan_critics import (
+    CriticBank,
+    check_finite,
+    critic_settings,
+    critic_step,
+    data_fingerprint,
+    load_critics,
+    real_batch,
+    warmstart_dir,
+)
+from dpsynth.nets import build_generator
+from dpsynth.nets.gswgan import GSWGANGenerator
+from dpsynth.privacy import accounting as acc
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport, gswgan_report
+from dpsynth.privacy.sanitizers import PerSampleSanitizer
+
+PAPER_STEPS = 20_000  # seed 004: generator iterations (non-private runs without a step budget)
+LOG_EVERY = 10
+LOG_FIELDS = ["critic", "d_loss", "wasserstein", "g_loss", "max_sample_norm", "epsilon", "steps_per_s"]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def validate(ctx: TrainContext) -> None:
+    h = ctx.experiment.hparams
+    if h.generator != "resnet28":
+        raise ConfigError(f"experiments.{ctx.name}.hparams.generator: GS-WGAN uses 'resnet28', got {h.generator!r}")
+    if h.optimizer != "adam":
+        raise ConfigError(f"experiments.{ctx.name}.hparams.optimizer: GS-WGAN uses adam, got {h.optimizer!r}")
+    x = ctx.data.x_train
+    if x.ndim != 4 or tuple(x.shape[2:]) != (28, 28):
+        raise DataError(f"{ctx.data.name}: GS-WGAN needs 28x28 images (N, C, 28, 28), got {tuple(x.shape)}")
+
+
+def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Any]:
+    """The critic settings of this run and the warm-start directory next to ``ctx.out_dir``."""
+    settings = critic_settings(ctx.experiment, ctx.preset, ctx.seed, len(ctx.data.x_train))
+    return settings, warmstart_dir(ctx.out_dir.parent, settings)
+
+
+def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, int, BudgetGuard | None, str]:
+    """(sigma, generator steps, guard, accounting that sets the schedule) from the privacy plan."""
+    plan, b = ctx.privacy_plan, ctx.experiment.hparams.batch_size
+    if not plan["enabled"]:
+        return None, int(plan.get("steps") or ctx.experiment.hparams.max_steps or PAPER_STEPS), None, "none"
+    eps, delta = plan["epsilon"], plan["delta"]
+    if plan["mode"] == "calibrate_sigma":
+        steps = int(plan["steps"])
+        sigma = acc.gswgan_sound_sigma(n_critics, b, steps, delta, eps)
+        return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
+    if plan["mode"] == "derive_steps":
+        sigma = float(plan["sigma"])
+        releases = acc.max_steps(sigma, 1.0 / n_critics, delta, eps, sampling="without_replacement")
+        steps = releases // b
+        if steps < 1:
+            raise ConfigError(f"experiments.{ctx.name}.privacy: sigma {sigma} cannot reach epsilon {eps} "
+                              f"in even one step at N_d={n_critics}, B={b}")
+        # The guard counts the published per-sample releases (B per step), so it holds the paper's number.
+        guard = BudgetGuard(sigma, 1.0 / n_critics, delta, eps, sampling="without_replacement")
+        return sigma, steps, guard, "as_published"
+    raise ConfigError(f"unknown privacy mode {plan['mode']!r}")
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@torch.no_grad()
+def ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int, decay: float) -> None:
+    """Published ``exp_mov_avg``: decay ``min(1 - 1/(step+1), decay)``; buffers (BN stats) copied."""
+    a = min(1.0 - 1.0 / (step + 1), decay)
+    for pe, p in zip(ema.parameters(), model.parameters()):
+        pe.mul_(a).add_(p, alpha=1.0 - a)
+    for be, bm in zip(ema.buffers(), model.buffers()):
+        be.copy_(bm)
+
+
+def generator_step(
+    G: GSWGANGenerator, opt: torch.optim.Optimizer, critic: CriticBank, batch_size: int,
+    gen: torch.Generator, sanitizer: PerSampleSanitizer | None,
+) -> float:
+    """One generator update against ``critic`` (a one-critic bank).
+
+    The critic's weights are detached, so the generator's gradient is
+    ``J_G^T * sanitize(d loss / d images)`` and nothing else (seed 004 eq. 11).
+    """
+    dev = next(G.parameters()).device
+    z = G.sample_latent(batch_size, gen)
+    y = torch.randint(0, G.num_classes or 1, (batch_size,), generator=gen, device=gen.device).to(dev)
+    fake = G(z, y)
+    if sanitizer is not None:
+        fake = sanitizer.attach(fake)
+    w = critic.critics.weights(detach=True, power_iteration=False)
+    loss = -critic.critics(fake[None], y[None], w).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+def train_step(
+    G: GSWGANGenerator, opt: torch.optim.Optimizer, bank: CriticBank, x_u8: torch.Tensor, y_all: torch.Tensor,
+    shards: torch.Tensor, h: Any, gens: dict[str, torch.Generator], sanitizer: PerSampleSanitizer | None,
+) -> dict[str, float]:
+    """Pick a critic, train it ``critic_steps`` times on its shard, then one sanitized generator step."""
+    j = int(torch.randint(0, bank.copies, (1,), generator=gens["pick"]))
+    critic = bank.take(j, j + 1)
+    b = h.batch_size
+    stats: dict[str, float] = {}
+    for _ in range(h.critic_steps):
+        real, ry = real_batch(x_u8, y_all, shards[j : j + 1], b, gens["data"])
+        with torch.no_grad():
+            z = G.sample_latent(b, gens["data"])
+            fake = G(z, ry[0])[None]
+        stats = critic_step(critic, real, ry, fake, h.gp_weight, h.drift, gens["data"])
+    g_loss = generator_step(G, opt, critic, b, gens["data"], sanitizer)
+    bank.put(j, critic)
+    return {"critic": j, **stats, "g_loss": g_loss}
+
+
+# --------------------------------------------------------------------------- train
+
+
+def generator_arch(ctx: TrainContext) -> dict[str, Any]:
+    return {"name": "resnet28", "kwargs": {"latent_dim": 10, "num_classes": ctx.data.num_classes,
+                                           "model_dim": ctx.experiment.hparams.model_dim,
+                                           "out_channels": int(ctx.data.x_train.shape[1])}}
+
+
+def train(ctx: TrainContext) -> dict[str, Any]:
+    validate(ctx)
+    h, dev = ctx.experiment.hparams, ctx.device
+    settings, ws_dir = warmstart_location(ctx)
+    n_d = settings["n_critics"]
+    sigma, total_steps, guard, schedule = privacy_schedule(ctx, n_d)
+    private = sigma is not None
+
+    bank, shards_np = load_critics(ws_dir, settings, data_fingerprint(ctx.data.x_train, ctx.data.y_train), dev, ctx.name)
+    shards = torch.from_numpy(shards_np).to(dev)
+    x_u8 = torch.from_numpy(ctx.data.x_train).to(dev)
+    y_all = torch.from_numpy(ctx.data.y_train.astype(np.int64)).to(dev)
+
+    arch = generator_arch(ctx)
+    G = build_generator(arch["name"], **arch["kwargs"], init_seed=int(np.random.SeedSequence([ctx.seed, 0x6E]).generate_state(1)[0]))
+    G = G.to(dev).train()
+    G_ema = copy.deepcopy(G)
+    opt = torch.optim.Adam(G.parameters(), lr=h.lr, betas=tuple(h.betas))
+    gens = {name: torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + i)
+            for i, name in enumerate(("pick", "data", "noise"), start=11)}
+    sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None
+
+    ckpt = Checkpointer(ctx.checkpoint_path)
+    state = ckpt.load()
+    step = 0
+    config_key = {"total_steps": total_steps, "sigma": sigma, "arch": arch, "settings": settings}
+    if state is not None:
+        if state["config"] != config_key:
+            raise DpsynthError(f"{ctx.checkpoint_path}: checkpoint belongs to a different configuration "
+                               "(steps/sigma/architecture/warm start changed); delete it to start over")
+        step = state["step"]
+        if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
+            return {"experiment": ctx.name, "steps": step, "already_done": True, "sigma": sigma}
+        G.load_state_dict(state["generator"])
+        G_ema.load_state_dict(state["generator_ema"])
+        opt.load_state_dict(state["optimizer"])
+        bank.load_state_dict(state["critics"])
+        set_rng_state(state["rng"], gens)
+        if guard is not None:
+            guard = BudgetGuard.from_state_dict(state["guard"])
+
+    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None)
+
+    def save_checkpoint(done: bool = False) -> None:
+        ckpt.save({"step": step, "config": config_key, "done": done, "generator": G.state_dict(),
+                   "generator_ema": G_ema.state_dict(), "optimizer": opt.state_dict(),
+                   "critics": bank.state_dict(), "rng": rng_state(gens),
+                   "guard": guard.state_dict() if guard is not None else None})
+
+    per_step = h.batch_size if schedule == "as_published" else 1  # guard units per generator step
+    stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
+    t_start, steps_start = time.perf_counter(), step
+    bar = tqdm(total=total_steps, initial=step, disable=not ctx.progress, desc=ctx.name, unit="step", dynamic_ncols=True)
+    try:
+        with sigterm_flag() as flag:
+            while step < stop_at:
+                if guard is not None:  # refuse (PrivacyError) before a step that would exceed the target
+                    if guard.remaining < per_step:
+                        raise PrivacyError(f"privacy budget exhausted: generator step {step + 1} would exceed "
+                                           f"epsilon {guard.target_eps} at delta {guard.delta}")
+                    for _ in range(per_step):
+                        guard.step()
+                stats = train_step(G, opt, bank, x_u8, y_all, shards, h, gens, sanitizer)
+                ema_update(G_ema, G, step, h.ema_decay)
+                step += 1
+                bar.update(1)
+                if step % LOG_EVERY == 0 or step == total_steps:
+                    check_finite(stats["g_loss"], "the generator loss")
+                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+                    eps_spent = guard.epsilon_spent() if guard is not None else math.inf
+                    log.write(step, critic=stats["critic"], d_loss=stats["d_loss"], wasserstein=stats["wasserstein"],
+                              g_loss=stats["g_loss"], epsilon=eps_spent, steps_per_s=rate,
+                              max_sample_norm=sanitizer.last.clean_norm if sanitizer and sanitizer.last else float("nan"))
+                    bar.set_postfix(w=f"{stats['wasserstein']:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
+                if step % ctx.checkpoint_every == 0 and step < total_steps:
+                    log.flush()
+                    save_checkpoint()
+                if flag["stop"]:
+                    log.flush()
+                    save_checkpoint()
+                    raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")
+    finally:
+        bar.close()
+        log.close()
+
+    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+    if step < total_steps:  # stopped early on purpose (tests simulate a kill this way)
+        save_checkpoint()
+        return {"experiment": ctx.name, "steps": step, "finished": False}
+
+    meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
+            "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
+            "seed": ctx.seed, "released": "ema"}
+    G_ema.eval()
+    save_generator(ctx.generator_path, G_ema, arch, meta)
+    report = final_report(ctx, sigma, step, n_d, schedule, settings)
+    report.write(ctx.privacy_path)
+    save_checkpoint(done=True)
+    return {"experiment": ctx.name, "steps": step, "sigma": sigma, "n_critics": n_d, "schedule": schedule,
+            "steps_per_s_this_run": round(rate, 3), "epsilon": report.epsilon, "finished": True}
+
+
+def final_report(ctx: TrainContext, sigma: float | None, steps: int, n_d: int, schedule: str,
+                 settings: dict[str, Any]) -> PrivacyReport:
+    """privacy.json: both accountings for a private run; an explicit 'not private' record otherwise."""
+    h = ctx.experiment.hparams
+    extra = {"experiment": ctx.name, "scale": ctx.scale, "schedule_accounting": schedule,
+             "warmstart": {k: settings[k] for k in ("n_critics", "warmup_steps", "seed")},
+             "note": "headline = sound (one subsampled Gaussian of multiplier sigma/sqrt(B) per step); "
+                     "as_published = the paper's per-sample count"}
+    if sigma is None:
+        return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0, epsilon={"non_private": math.inf},
+                             headline="non_private", steps=steps, dataset_size=len(ctx.data.x_train),
+                             batch_size=h.batch_size, shards=n_d, extra=extra)
+    plan = ctx.privacy_plan
+    rep = gswgan_report(sigma=sigma, shards=n_d, batch_size=h.batch_size, steps=steps, delta=plan["delta"],
+                        dataset_size=len(ctx.data.x_train), clip=h.clip, target_epsilon=plan["epsilon"])
+    rep.extra.update(extra)
+    return rep

@@ -136,10 +136,10 @@ def _run_killed_at(ctx: TrainContext, kill_step: int, monkeypatch) -> None:
     monkeypatch.setattr(dp_sinkhorn, "_step", real_step)
 
 
-@pytest.mark.parametrize("sanitizer", ["image", "param"])
-def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanitizer):
+@pytest.mark.parametrize("sanitizer, adversarial", [("image", False), ("param", False), ("image", True)])
+def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanitizer, adversarial):
     kw = dict(privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1}, steps=10, batch_size=10, lr=1e-3,
-              sanitizer=sanitizer)
+              sanitizer=sanitizer, adversarial=adversarial, partitions=20 if adversarial else None)
     a = make_ctx(tmp_path / "a", digits28, **kw)
     dp_sinkhorn.train(a)
     b = make_ctx(tmp_path / "b", digits28, **kw)
@@ -154,9 +154,33 @@ def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanit
         assert torch.equal(sa[k], sb[k]), f"{k} differs after resume"
     ra, rb = json.loads(a.privacy_path.read_text()), json.loads(b.privacy_path.read_text())
     assert ra["epsilon"] == rb["epsilon"] and ra["steps"] == rb["steps"] == 10
+    if adversarial:  # the feature extractors and their optimizers resume exactly too
+        ca = torch.load(a.checkpoint_path, weights_only=False)["adversary"]
+        cb = torch.load(b.checkpoint_path, weights_only=False)["adversary"]
+        assert ca["opts"].keys() == cb["opts"].keys()
+        for pa, pb in zip(ca["phis"], cb["phis"]):
+            assert all(torch.equal(pa[k], pb[k]) for k in pa)
     # a finished run is not retrained
     again = dp_sinkhorn.train(b)
     assert again.get("already_done")
+
+
+def test_adversarial_variant_accounts_fixed_size_sampling(digits28, tmp_path):
+    """k fixed partitions, one per step: sampling without replacement at rate 1/k (replace-one),
+    which costs more than Poisson sampling at the same rate; the report says so."""
+    from dpsynth.privacy import accounting as acc
+
+    ctx = make_ctx(tmp_path / "m", digits28, privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1},
+                   steps=5, batch_size=10, lr=1e-3, adversarial=True, partitions=50)
+    summary = dp_sinkhorn.train(ctx)
+    rep = json.loads(ctx.privacy_path.read_text())
+    assert rep["sampling"] == "without_replacement" and rep["q"] == pytest.approx(1 / 50)
+    assert 9.9 <= rep["epsilon"]["rdp_classic"] <= 10.0
+    poisson = acc.epsilon(summary["sigma"], 1 / 50, 5, 1e-5)["rdp_classic"]
+    assert rep["epsilon"]["rdp_classic"] > poisson
+    assert rep["extra"]["partitions"] == 50 and "adversarial" in rep["mechanism"]
+    with pytest.raises(DataError, match="at least 2 partitions"):
+        dp_sinkhorn.make_partitions(15, 10, None, 0)
 
 
 def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):

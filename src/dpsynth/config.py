@@ -116,6 +116,12 @@ class Hyper(_Strict):
     temperature: float = Field(default=0.05, gt=0, description="entropic eps, in the cost's units")
     clip: float = Field(default=0.5, gt=0, description="clipping bound C")
     sanitizer: Literal["image", "param", "none"] = "image"
+    adversarial: bool = Field(default=False, description="adversarial feature cost (ICLR Table 2): one "
+                              "feature extractor per fixed partition, one partition drawn per step")
+    alpha_a: float = Field(default=15.0, ge=0, description="feature weight (not given in the paper; ours)")
+    partitions: int | None = Field(default=None, ge=2, description="adversarial variant: number of "
+                                   "partitions k (None: N // batch_size, the paper's batches-as-records)")
+    feature_lr: float | None = Field(default=None, gt=0, description="feature extractors' Adam lr (None: lr)")
     # GS-WGAN
     critic_steps: int = Field(default=5, gt=0)
     gp_weight: float = Field(default=10.0, ge=0)
@@ -213,13 +219,27 @@ class DataSettings(_Strict):
     mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
 
 
+class EvaluationSettings(_Strict):
+    """Downstream protocol settings (DESIGN 7); sizes come from the scale preset."""
+
+    classifiers: list[Literal["logreg", "mlp", "cnn"]] = ["logreg", "mlp", "cnn"]
+    real_datasets: list[Name] = Field(default_factory=list, description="datasets that get a 'real data' row")
+    fid_weights: str | None = Field(default=None, description="local torch-fidelity Inception weights file")
+    fid_download: bool = Field(default=True, description="let torch-fidelity fetch the weights if missing")
+    fid_download_timeout: float = Field(default=120.0, gt=0)
+
+
 class Params(_Strict):
     scale: ScaleName = "quick"
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
     data: DataSettings = DataSettings()
+    evaluation: EvaluationSettings = EvaluationSettings()
     datasets: list[Name]
     scales: dict[ScaleName, ScalePreset]
     experiments: dict[Name, Experiment] = {}
+    targets: dict[Name, Name] = Field(default_factory=dict, description="experiment -> its dataset: what "
+                                      "the pipeline trains, samples and evaluates (the dataset is repeated "
+                                      "so dvc.yaml can name the stage's data dependency)")
     sweeps: dict[Name, Sweep] = {}
     tables: dict[Name, Table] = {}
 
@@ -243,6 +263,17 @@ class Params(_Strict):
         for ename, exp in self.experiments.items():
             if exp.dataset not in DATASETS:
                 raise ValueError(f"experiments.{ename}.dataset: unknown dataset {exp.dataset!r}")
+        for t, ds in self.targets.items():
+            if t not in self.experiments:
+                raise ValueError(f"targets.{t}: no experiment named {t!r}")
+            if ds != self.experiments[t].dataset:
+                raise ValueError(f"targets.{t}: says dataset {ds!r} but the experiment uses "
+                                 f"{self.experiments[t].dataset!r}")
+            if ds not in self.datasets:
+                raise ValueError(f"targets.{t}: dataset {ds!r} is not in datasets (add it there)")
+        for d in self.evaluation.real_datasets:
+            if d not in self.datasets:
+                raise ValueError(f"evaluation.real_datasets: {d!r} is not in datasets")
         for sname, sweep in self.sweeps.items():
             if sweep.base not in self.experiments:
                 raise ValueError(f"sweeps.{sname}.base: no experiment named {sweep.base!r}")

@@ -34,7 +34,10 @@ def build_context(args: argparse.Namespace):
         raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
     exp = experiments[args.experiment]
     seed = params.seeds[0] if args.seed is None else args.seed
-    full = load_processed(data_path(params, args.experiment))
+    path = data_path(params, args.experiment)
+    if exp.local is not None and not path.is_file():
+        raise DpsynthError(f"{path}: privatized data not found (run `dpsynth privatize {args.experiment}`)")
+    full = load_processed(path)
     idx = subset_indices(len(full.x_train), params.preset.train_subset, seed)
     data = full if idx is None else Dataset(full.name, full.x_train[idx], full.y_train[idx],
                                             full.x_test[:0], full.y_test[:0], full.num_classes)
@@ -61,6 +64,11 @@ def _train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     summary = method.train(ctx)
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    summary["scale"] = ctx.scale
+    if summary.get("finished", True) and not summary.get("already_done"):
+        from dpsynth.io import write_json
+
+        write_json(ctx.out_dir / "train_summary.json", summary)
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
     return 0
 

@@ -36,7 +36,7 @@ from dpsynth.methods.base import (
     sigterm_flag,
 )
 from dpsynth.nets import build_generator
-from dpsynth.ot import embed_with_labels, entropic_ot, make_cost, num_extra
+from dpsynth.ot import FeatureAugmentedCost, embed_with_labels, entropic_ot, make_cost, num_extra
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report
 from dpsynth.privacy.sanitizers import ParamGradSanitizer, WholeBatchSanitizer
@@ -106,25 +106,35 @@ def embed(points: torch.Tensor, labels: torch.Tensor | None, num_classes: int, a
     return embed_with_labels(points, labels, num_classes, alpha_c, validate=False)
 
 
-def privacy_schedule(ctx: TrainContext) -> tuple[float | None, int, int]:
-    """(sigma, steps, budget-relevant steps) from the plan: derive steps or calibrate sigma."""
+def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float | None, int]:
+    """(sigma, steps) from the plan: derive the steps from sigma, or calibrate sigma to the steps."""
     plan, h = ctx.privacy_plan, ctx.experiment.hparams
-    n = ctx.data.x_train.shape[0]
     if not plan["enabled"]:
         steps = plan.get("steps") or h.max_steps
         if steps is None:
             raise DpsynthError(f"{ctx.name}: a non-private run needs hparams.max_steps (or a scale step budget)")
-        return None, int(steps), int(steps)
-    q = h.batch_size / n
+        return None, int(steps)
     if plan["mode"] == "derive_steps":
         sigma = float(plan["sigma"])
-        steps = acc.max_steps(sigma, q, plan["delta"], plan["epsilon"], conversion="classic")
+        steps = acc.max_steps(sigma, q, plan["delta"], plan["epsilon"], conversion="classic", sampling=sampling)
         if steps < 1:
             raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan['epsilon']}")
     else:
         steps = int(plan["steps"])
-        sigma = acc.calibrate_sigma(q, steps, plan["delta"], plan["epsilon"], conversion="classic")
-    return sigma, steps, steps
+        sigma = acc.calibrate_sigma(q, steps, plan["delta"], plan["epsilon"], conversion="classic",
+                                    sampling=sampling)
+    return sigma, steps
+
+
+def make_partitions(n_records: int, batch_size: int, k: int | None, seed: int) -> np.ndarray:
+    """Adversarial variant: a seeded split into k equal partitions (the paper's batches-as-records,
+    k = N // B by default); the N - k * (N // k) leftover records are never used."""
+    k = k or n_records // batch_size
+    if k < 2:
+        raise DataError(f"the adversarial variant needs at least 2 partitions; N={n_records}, "
+                        f"batch_size={batch_size} gives {k}")
+    size = n_records // k
+    return np.random.default_rng(seed).permutation(n_records)[: k * size].reshape(k, size)
 
 
 def _make_optimizer(params: Any, h: Any) -> torch.optim.Optimizer:
@@ -135,7 +145,8 @@ def _make_optimizer(params: Any, h: Any) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay)
 
 
-def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, extra: dict[str, Any]) -> PrivacyReport:
+def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: float, sampling: str,
+                  extra: dict[str, Any]) -> PrivacyReport:
     h, plan, n = ctx.experiment.hparams, ctx.privacy_plan, ctx.data.x_train.shape[0]
     if sigma is None:
         return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0,
@@ -143,21 +154,30 @@ def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, extra
                              dataset_size=n, batch_size=h.batch_size, extra=extra)
     mech = {"image": "dp_sinkhorn image-gradient (whole-batch clip, sensitivity 2C)",
             "param": "dp_sinkhorn parameter-gradient (grad_theta ablation)"}[h.sanitizer]
-    rep = dp_sgd_report(mechanism=mech, sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps_done,
-                        delta=plan["delta"], clip=h.clip if h.sanitizer == "image" else 1.0,
-                        target_epsilon=plan["epsilon"])
-    rep.extra.update(extra)
-    return rep
+    if h.adversarial:
+        mech += ", adversarial features; one of k fixed partitions per step (Wang et al. 2019, replace-one)"
+    eps = acc.epsilon(sigma, q, steps_done, plan["delta"], sampling=sampling)
+    return PrivacyReport(mechanism=mech, sigma=sigma, delta=plan["delta"],
+                         epsilon={k: v for k, v in eps.items() if not k.endswith("order")}, headline="rdp_classic",
+                         steps=steps_done, q=q, sampling=sampling, dataset_size=n, batch_size=h.batch_size,
+                         clip=h.clip if h.sanitizer == "image" else 1.0, target_epsilon=plan["epsilon"],
+                         extra=extra)
 
 
 def train(ctx: TrainContext) -> dict[str, Any]:
     validate_data(ctx)
     h = ctx.experiment.hparams
     dev = ctx.device
-    sigma, total_steps, _ = privacy_schedule(ctx)
-    private = sigma is not None
     n_records = ctx.data.x_train.shape[0]
-    q = h.batch_size / n_records
+    if h.adversarial:
+        if not ctx.data.is_image:
+            raise DataError(f"{ctx.name}: the adversarial variant needs image data")
+        parts_np = make_partitions(n_records, h.batch_size, h.partitions, ctx.seed)
+        q, sampling = 1.0 / parts_np.shape[0], "without_replacement"
+    else:
+        parts_np, q, sampling = None, h.batch_size / n_records, "poisson"
+    sigma, total_steps = privacy_schedule(ctx, q, sampling)
+    private = sigma is not None
     n, n_extra = h.batch_size, num_extra(h.batch_size, h.p)
     n_iter = h.sinkhorn_iters or DEFAULT_ITERS
     cost = make_cost("l2_l1", m=h.m) if h.m > 0 else make_cost("sqeuclidean")
@@ -170,6 +190,13 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     torch.manual_seed(ctx.seed)
     G = build_generator(arch["name"], **arch["kwargs"]).to(dev)
     opt = _make_optimizer(G.parameters(), h)
+    adv = None
+    if parts_np is not None:
+        from dpsynth.nets.features import FeatureExtractor
+
+        phis = [FeatureExtractor(ctx.data.x_train.shape[1]).to(dev) for _ in range(parts_np.shape[0])]
+        adv = {"parts": torch.from_numpy(parts_np).to(dev), "phis": phis, "opts": {},
+               "lr": h.feature_lr or h.lr, "image_shape": tuple(ctx.data.record_shape)}
     g_model = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1)  # latents, labels
     g_data = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 2)  # Poisson sampling
     g_noise = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 3)  # sanitizer noise
@@ -180,7 +207,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         if private and h.sanitizer == "image" else None
     san_par = ParamGradSanitizer(list(G.parameters()), clip_param, sigma, generator=g_noise) \
         if private and h.sanitizer == "param" else None
-    guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"]) if private else None
+    guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"],
+                        sampling=sampling) if private else None
 
     ckpt = Checkpointer(ctx.checkpoint_path)
     state = ckpt.load()
@@ -193,6 +221,12 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         opt.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"], gens)
         step = state["step"]
+        if adv is not None:
+            for phi, sd in zip(adv["phis"], state["adversary"]["phis"]):
+                phi.load_state_dict(sd)
+            for j, sd in state["adversary"]["opts"].items():
+                adv["opts"][j] = torch.optim.Adam(adv["phis"][j].parameters(), lr=adv["lr"])
+                adv["opts"][j].load_state_dict(sd)
         if guard is not None:
             guard = BudgetGuard.from_state_dict(state["guard"])
         if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
@@ -203,7 +237,10 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     def save_checkpoint(done: bool = False) -> None:
         ckpt.save({"step": step, "total_steps": total_steps, "sigma": sigma, "arch": arch, "done": done,
                    "generator": G.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(gens),
-                   "guard": guard.state_dict() if guard is not None else None})
+                   "guard": guard.state_dict() if guard is not None else None,
+                   "adversary": None if adv is None else {
+                       "phis": [phi.state_dict() for phi in adv["phis"]],
+                       "opts": {j: o.state_dict() for j, o in adv["opts"].items()}}})
 
     stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
     G.train()
@@ -216,7 +253,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                 if guard is not None:
                     guard.step()  # refuses (PrivacyError) before a step that would exceed the target
                 loss, k = _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter,
-                                gens, san_img, san_par)
+                                gens, san_img, san_par, adv)
                 step += 1
                 bar.update(1)
                 if step % LOG_EVERY == 0 or step == total_steps:
@@ -250,10 +287,12 @@ def train(ctx: TrainContext) -> dict[str, Any]:
             "output_range": "tanh" if ctx.data.is_image else "identity",
             "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale, "seed": ctx.seed}
     G.eval()
-    report = _final_report(ctx, sigma, step, {"experiment": ctx.name, "scale": ctx.scale, "sanitizer":
+    report = _final_report(ctx, sigma, step, q, sampling, {"experiment": ctx.name, "scale": ctx.scale, "sanitizer":
                                               h.sanitizer if private else "none", "p": h.p, "m": h.m,
                                               "temperature": h.temperature, "sinkhorn_iters": n_iter,
-                                              "sinkhorn_scaling": h.sinkhorn_scaling})
+                                              "sinkhorn_scaling": h.sinkhorn_scaling,
+                                              "adversarial": h.adversarial,
+                                              "partitions": None if adv is None else len(adv["phis"])})
     save_generator(ctx.generator_path, G, arch, meta)
     report.write(ctx.privacy_path)
     save_checkpoint(done=True)
@@ -276,9 +315,17 @@ def _poisson_batch(x_all: torch.Tensor, y_all: torch.Tensor, q: float, gen: torc
     return xs, ys, w, k
 
 
-def _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gens, san_img, san_par
+def _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gens, san_img, san_par, adv=None
           ) -> tuple[float, int]:
-    xs, ys, w, k = _poisson_batch(x_all, y_all, q, gens["data"])
+    if adv is None:
+        xs, ys, w, k = _poisson_batch(x_all, y_all, q, gens["data"])
+    else:  # one of the k fixed partitions, drawn uniformly: a fixed-size batch, no padding
+        j = int(torch.randint(len(adv["phis"]), (1,), generator=gens["data"], device=x_all.device))
+        idx = adv["parts"][j]
+        xs, ys, w, k = x_all[idx], y_all[idx], None, int(idx.numel())
+        phi = adv["phis"][j]
+        phi.train()
+        cost = FeatureAugmentedCost(cost, phi, h.alpha_a, adv["image_shape"])
     z = G.sample_latent(n + n_extra, gens["model"])
     labels = G.sample_labels(n + n_extra, gens["model"])
     imgs = G(z, labels)
@@ -288,6 +335,7 @@ def _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gen
     x, x_second = xg[:n], xg[n_extra:n + n_extra]
     kw = dict(eps=h.temperature, cost=cost, n_iter=n_iter, scaling=h.sinkhorn_scaling, validate=False)
     loss = -entropic_ot(x, x_second, **kw)
+    yr = None
     if k:  # an empty Poisson batch contributes no real term (but the step still counts)
         yr = embed(xs, ys if labels is not None else None, num_classes, h.alpha_c)
         loss = loss + 2.0 * entropic_ot(x, yr, None, w, **kw)
@@ -296,4 +344,13 @@ def _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gen
     if san_par is not None:
         san_par.sanitize_()
     opt.step()
+    if adv is not None:  # the partition's feature extractor ascends the full Sinkhorn loss
+        if j not in adv["opts"]:
+            adv["opts"][j] = torch.optim.Adam(phi.parameters(), lr=adv["lr"])
+        xd = xg.detach()
+        s_adv = (2.0 * entropic_ot(xd[:n], yr, **kw) - entropic_ot(xd[:n], xd[n_extra:n + n_extra], **kw)
+                 - entropic_ot(yr, yr, **kw))
+        adv["opts"][j].zero_grad(set_to_none=True)
+        (-s_adv).backward()
+        adv["opts"][j].step()
     return float(loss.detach()), k

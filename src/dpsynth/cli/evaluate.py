@@ -1,0 +1,69 @@
+"""`dpsynth evaluate EXPERIMENT` (synthetic data) or `dpsynth evaluate --real DATASET` (the real-data row)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.errors import DpsynthError
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from dpsynth.data import load_processed
+    from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic
+    from dpsynth.io import read_json, write_json
+
+    params = params_from_args(args)
+    ev, preset = params.evaluation, params.preset
+    processed = Path(params.data.root) / "processed"
+    if args.real:
+        real = load_processed(processed / f"{args.real}.npz")
+        train_sets = [(real.x_train, real.y_train)]
+        metrics = {"experiment": f"real_{args.real}", "dataset": args.real, "method": "real data",
+                   "classifiers": classifier_scores(train_sets, real, kinds=ev.classifiers,
+                                                    max_epochs=preset.classifier_max_epochs,
+                                                    train_subset=preset.classifier_train_subset),
+                   "privacy": None}
+        out = Path(args.results) / f"real_{args.real}" / "metrics.json"
+    else:
+        experiments = params.all_experiments()
+        if args.experiment not in experiments:
+            raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
+        exp = experiments[args.experiment]
+        real = load_processed(processed / f"{exp.dataset}.npz")
+        paths = [Path(args.synthetic) / args.experiment / f"seed{k}.npz" for k in range(preset.n_synthetic_sets)]
+        metrics = {"experiment": args.experiment, "dataset": exp.dataset, "method": exp.method,
+                   **evaluate_synthetic(paths, real, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
+                                        train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
+                                        fid_weights=ev.fid_weights, fid_download=ev.fid_download,
+                                        fid_timeout=ev.fid_download_timeout)}
+        summary = Path(args.models) / args.experiment / "train_summary.json"
+        metrics["train"] = read_json(summary) if summary.is_file() else None
+        out = Path(args.results) / args.experiment / "metrics.json"
+    metrics.update({"scale": params.scale, "preset": preset.model_dump(mode="json"), "versions": environment()})
+    write_json(out, metrics)
+    for kind, rec in metrics["classifiers"].items():
+        print(f"{metrics['experiment']}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
+    if "fid" in metrics:
+        fid = metrics["fid"]
+        print(f"{metrics['experiment']}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
+                                                  f"unavailable ({fid['reason']})"))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="classifiers + FID on synthetic data (or the real-data row)")
+    p.add_argument("experiment", nargs="?")
+    p.add_argument("--real", metavar="DATASET", help="evaluate the classifiers trained on the real training split")
+    add_params_arg(p)
+    p.add_argument("--models", default="models")
+    p.add_argument("--synthetic", default="data/synthetic")
+    p.add_argument("--results", default="results")
+
+    def dispatch(args: argparse.Namespace) -> int:
+        if bool(args.real) == bool(args.experiment):
+            raise DpsynthError("give exactly one of EXPERIMENT or --real DATASET")
+        return _evaluate(args)
+
+    p.set_defaults(func=dispatch)

@@ -1,0 +1,100 @@
+"""One evaluation protocol for every generator (DESIGN 7): classifiers trained on each
+synthetic set and scored on the real test split, FID against the real test split, and the
+privacy guarantee, gathered into ``results/{experiment}/metrics.json``.
+
+The real test split is only ever passed to the final scoring calls (``train_and_score``
+fits on training data first; see ``classifiers``); nothing is selected on it.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynth import __version__
+from dpsynth.data.dataset import Dataset
+from dpsynth.evaluate.classifiers import train_and_score
+from dpsynth.evaluate.sampling import load_synthetic
+
+
+def mean_std(values: list[float]) -> dict[str, Any]:
+    arr = np.asarray(values, dtype=float)
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=0)), "n": int(arr.size), "values": arr.tolist()}
+
+
+def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if n is None or n >= len(x):
+        return x, y
+    idx = np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))
+    return x[idx], y[idx]
+
+
+def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
+                      max_epochs: int, train_subset: int | None, seed: int = 0) -> dict[str, Any]:
+    """Accuracy on the real test split of each classifier kind, mean/std over the training sets."""
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        runs = []
+        for k, (x, y) in enumerate(train_sets):
+            xs, ys = _subset(x, y, train_subset, seed + k)
+            runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
+                                        seed=seed + k, max_epochs=max_epochs))
+        out[kind] = {**mean_std([r["accuracy"] for r in runs]), "runs": runs}
+    return out
+
+
+def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,
+               allow_download: bool, timeout: float) -> dict[str, Any]:
+    """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
+
+    The network is loaded once and the reference statistics computed once for all sets."""
+    from dpsynth.evaluate.fid import InceptionFeatures, compute_fid, resolve_weights
+
+    path, reason = resolve_weights(weights, allow_download=allow_download, download_timeout_s=timeout)
+    if path is None:
+        return {"available": False, "fid": None, "reason": reason, "reference_split": "test"}
+    extractor = InceptionFeatures(path)
+    ref = real.x_test[:n_samples]
+    ref_stats = extractor.statistics(ref)
+    records = [compute_fid(x[:n_samples], ref_stats, extractor=extractor) for x in sets]
+    if not all(r.get("available") for r in records):
+        bad = next(r for r in records if not r.get("available"))
+        return {"available": False, "fid": None, "reason": bad.get("reason"), "reference_split": "test"}
+    return {"available": True, **mean_std([r["fid"] for r in records]), "reference_split": "test",
+            "n_synthetic": int(min(n_samples, len(sets[0]))), "n_reference": int(len(ref)),
+            "weights_path": str(path), "weights_sha256": extractor.weights_sha256}
+
+
+def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], max_epochs: int,
+                       train_subset: int | None, fid_samples: int, fid_weights: str | None,
+                       fid_download: bool, fid_timeout: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    loaded = [load_synthetic(p, expect_shape=real.record_shape, num_classes=real.num_classes) for p in paths]
+    reports = [rep for _, _, rep in loaded]
+    if any(r != reports[0] for r in reports[1:]):
+        from dpsynth.errors import DataError
+
+        raise DataError(f"synthetic sets {', '.join(map(str, paths))} carry different privacy reports")
+    sets = [(x, y) for x, y, _ in loaded]
+    t1 = time.perf_counter()
+    clf = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset)
+    t2 = time.perf_counter()
+    fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
+                     allow_download=fid_download, timeout=fid_timeout) if real.is_image else \
+        {"available": False, "fid": None, "reason": "not an image dataset"}
+    t3 = time.perf_counter()
+    return {"classifiers": clf, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),
+            "n_synthetic": int(len(sets[0][0])),
+            "seconds": {"load": round(t1 - t0, 2), "classifiers": round(t2 - t1, 2), "fid": round(t3 - t2, 2)}}
+
+
+def environment() -> dict[str, str]:
+    import sklearn
+    import torch
+
+    return {"dpsynth": __version__, "torch": torch.__version__, "sklearn": sklearn.__version__,
+            "python": platform.python_version()}

@@ -232,6 +232,8 @@ class EvaluationSettings(_Strict):
 class Params(_Strict):
     scale: ScaleName = "quick"
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
+    threads: int = Field(default=1, ge=1, le=256, description="CPU threads per job; results depend on it "
+                         "(float summation order), so it is part of the configuration")
     data: DataSettings = DataSettings()
     evaluation: EvaluationSettings = EvaluationSettings()
     datasets: list[Name]

@@ -7,6 +7,8 @@ from dpsynth.data.registry import DATASETS
 
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
+EXPERIMENTS = PARAMS.all_experiments()
+TARGETS = list(PARAMS.targets)
 
 # The interpreter running Snakemake has dpsynth installed; calling it this way works
 # whether or not the virtualenv's bin/ is on PATH (e.g. inside a SLURM job).
@@ -16,3 +18,11 @@ ENV = "../envs/dpsynth.yaml"
 
 wildcard_constraints:
     dataset="|".join(sorted(DATASETS)),
+    experiment="|".join(sorted(EXPERIMENTS)) or "^$",
+
+
+def train_data(wildcards):
+    exp = EXPERIMENTS[wildcards.experiment]
+    if exp.local is not None:
+        return f"data/privatized/{wildcards.experiment}.npz"
+    return f"data/processed/{exp.dataset}.npz"

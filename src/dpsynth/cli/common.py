@@ -33,3 +33,11 @@ def sources_from(params: Params | None, root: str | None = None, extra_dirs: lis
         local_dirs=tuple(Path(d) for d in (extra_dirs or []) + (list(data.local_dirs) if data else [])),
         celeba_dir=Path(data.celeba_dir) if data and data.celeba_dir else None,
     )
+
+
+def apply_threads(params: Params) -> None:
+    """Pin torch's CPU threads to the configured count: results depend on it, so every runner
+    (Snakemake, DVC, a shell) must use the same number, not whatever the machine offers."""
+    import torch
+
+    torch.set_num_threads(params.threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
 from dpsynth.errors import DpsynthError
 
 
@@ -15,6 +15,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from dpsynth.io import read_json, write_json
 
     params = params_from_args(args)
+    apply_threads(params)
     ev, preset = params.evaluation, params.preset
     processed = Path(params.data.root) / "processed"
     if args.real:

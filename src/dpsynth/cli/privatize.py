@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
 from dpsynth.config import Params
 from dpsynth.errors import ConfigError, DpsynthError
 
@@ -92,6 +92,7 @@ def privatize(params: Params, experiment: str) -> dict[str, Any]:
 
 def _handle(args: argparse.Namespace) -> int:
     params = params_from_args(args)
+    apply_threads(params)
     assert params is not None
     report = privatize(params, args.experiment)
     keys = ("experiment", "mechanism", "epsilon", "epsilon_paper_convention", "delta", "radius",

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
 from dpsynth.errors import DpsynthError
 
 
@@ -16,6 +16,7 @@ def _sample(args: argparse.Namespace) -> int:
     from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator
 
     params = params_from_args(args)
+    apply_threads(params)
     if args.experiment not in params.all_experiments():
         raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
     model_dir = Path(args.models) / args.experiment

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
 from dpsynth.errors import DpsynthError
 
 
@@ -29,6 +29,7 @@ def build_context(args: argparse.Namespace):
     from dpsynth.methods.base import TrainContext, subset_indices
 
     params = params_from_args(args)
+    apply_threads(params)
     experiments = params.all_experiments()
     if args.experiment not in experiments:
         raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")

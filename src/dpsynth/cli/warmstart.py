@@ -1,0 +1,76 @@
+"""`dpsynth warmstart EXPERIMENT`: warm-start a GS-WGAN experiment's N_d critics (non-private).
+
+Writes ``{out}/warmstart/{key}/critics.pt`` (+ ``warmstart.json``) where the key holds only
+what shapes the critics, so every generator setting (a sigma sweep) reuses one warm start;
+``--print-path`` prints that directory (for workflow rules) without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from dpsynth.cli.common import add_params_arg
+from dpsynth.errors import ConfigError
+
+
+def _warmstart(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from dpsynth.cli.train import build_context
+    from dpsynth.methods.gs_wgan import validate, warmstart_location
+    from dpsynth.methods.gswgan_critics import (
+        compare_batched_vs_loop,
+        data_fingerprint,
+        make_shards,
+        save_critics,
+        warm_start,
+    )
+
+    ctx = build_context(args)
+    if ctx.experiment.method != "gs_wgan":
+        raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}; "
+                          "only gs_wgan experiments have a critic warm start")
+    validate(ctx)
+    settings, directory = warmstart_location(ctx)
+    if args.print_path:
+        print(directory)
+        return 0
+    if args.chunk is not None and args.chunk < 1:
+        raise ConfigError(f"--chunk must be >= 1, got {args.chunk}")
+    x, y = ctx.data.x_train, ctx.data.y_train
+    shards = make_shards(len(x), settings["n_critics"], settings["batch_size"], settings["seed"])  # errors early
+    info: dict = {}
+    if args.compare_loop:
+        info["batched_vs_loop"] = compare_batched_vs_loop(x, y, ctx.data.num_classes, settings, ctx.device,
+                                                          steps=args.compare_loop)
+        print(json.dumps({"batched_vs_loop": info["batched_vs_loop"]}), flush=True)
+    total = settings["n_critics"] * settings["warmup_steps"]
+    bar = tqdm(total=total, disable=not ctx.progress, desc=f"warmstart {ctx.name}", unit="critic-step",
+               dynamic_ncols=True)
+    t0 = time.perf_counter()
+    try:
+        bank, run = warm_start(x, y, ctx.data.num_classes, settings, ctx.device, chunk=args.chunk, progress=bar.update)
+    finally:
+        bar.close()
+    info.update(run)
+    path = save_critics(directory, bank, shards, settings, data_fingerprint(x, y), info)
+    print(json.dumps({"experiment": ctx.name, "critics": str(path), "settings": settings,
+                      "wall_seconds": round(time.perf_counter() - t0, 2), **info}, indent=2, default=str))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("warmstart", help="warm-start a GS-WGAN experiment's critics (non-private, per shard)")
+    p.add_argument("experiment")
+    add_params_arg(p)
+    p.add_argument("--seed", type=int, default=None, help="run seed: fixes the shards (default: first of params seeds)")
+    p.add_argument("--out", default="models", help="models directory (default: models)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--chunk", type=int, default=None, help="critics trained at once (default: all; lower it to bound memory)")
+    p.add_argument("--compare-loop", type=int, default=0, metavar="STEPS",
+                   help="first time STEPS iterations batched vs one critic at a time (recorded in warmstart.json)")
+    p.add_argument("--print-path", action="store_true", help="print the warm-start directory and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_warmstart)

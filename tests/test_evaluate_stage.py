@@ -1,0 +1,110 @@
+"""The sample and evaluate stages: outputs carry the privacy report; bad synthetic data fails clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from dpsynth.errors import DataError
+from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
+from dpsynth.methods.base import save_generator
+from dpsynth.nets import build_generator
+from tests.conftest import REPO, run_cli
+
+ARCH = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
+                                    "image_size": 28}}
+META = {"num_classes": 10, "record_shape": [1, 28, 28], "output_range": "tanh", "sample_batch_size": 500}
+PRIVACY = {"mechanism": "test", "epsilon": {"rdp_classic": 9.5}, "headline": "rdp_classic"}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A params.yaml at smoke scale, digits28 prepared, and an (untrained) generator for `dps_digits`."""
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p.update(scale="smoke", datasets=["digits28"], targets={"dps_digits": "digits28"})
+    p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["logreg", "mlp"])
+    p["experiments"]["dps_digits"] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
+                                      "hparams": {"sanitizer": "none", "max_steps": 1}}
+    p["tables"], p["sweeps"] = {}, {}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    assert run_cli("data", "prepare", "digits28", cwd=tmp_path).returncode == 0
+    torch.manual_seed(0)
+    save_generator(tmp_path / "models/dps_digits/generator.pt", build_generator(ARCH["name"], **ARCH["kwargs"]),
+                   ARCH, META)
+    (tmp_path / "models/dps_digits/privacy.json").write_text(json.dumps(PRIVACY))
+    return tmp_path
+
+
+def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
+    res = run_cli("sample", "dps_digits", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    x, y, report = load_synthetic(workdir / "data/synthetic/dps_digits/seed0.npz", (1, 28, 28), 10)
+    assert report == PRIVACY and x.dtype == np.uint8 and x.shape[1:] == (1, 28, 28)
+    counts = np.bincount(y, minlength=10)
+    assert counts.max() - counts.min() <= 1  # balanced labels
+    assert (workdir / "results/dps_digits/samples.png").stat().st_size > 1000
+    res = run_cli("evaluate", "dps_digits", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    m = json.loads((workdir / "results/dps_digits/metrics.json").read_text())
+    assert set(m["classifiers"]) == {"logreg", "mlp"} and m["privacy"] == PRIVACY
+    assert m["fid"]["available"] is False and m["fid"]["fid"] is None and "downloading is disabled" in m["fid"]["reason"]
+    assert 0.0 <= m["classifiers"]["logreg"]["mean"] <= 1.0 and m["scale"] == "smoke"
+
+
+def test_sampling_is_deterministic_and_balanced():
+    torch.manual_seed(0)
+    G = build_generator(ARCH["name"], **ARCH["kwargs"]).eval()
+    a, ya = generate(G, META, 1234, seed=3)
+    b, yb = generate(G, META, 1234, seed=3)
+    assert np.array_equal(a, b) and np.array_equal(ya, yb)
+    assert np.bincount(balanced_labels(1234, 10, np.random.default_rng(0))).tolist() == [124] * 4 + [123] * 6
+
+
+def test_nan_generator_fails_loudly_and_writes_nothing(workdir):
+    G = build_generator(ARCH["name"], **ARCH["kwargs"])
+    with torch.no_grad():
+        for prm in G.parameters():
+            prm.fill_(float("nan"))
+    save_generator(workdir / "models/dps_digits/generator.pt", G, ARCH, META)
+    res = run_cli("sample", "dps_digits", cwd=workdir)
+    assert res.returncode == 2 and "NaN" in res.stderr and "Traceback" not in res.stderr
+    assert not (workdir / "data/synthetic/dps_digits").exists() or not any((workdir / "data/synthetic/dps_digits").iterdir())
+    res = run_cli("evaluate", "dps_digits", cwd=workdir)
+    assert res.returncode == 2 and not (workdir / "results/dps_digits/metrics.json").exists()
+
+
+def test_missing_privacy_report_refuses_to_sample(workdir):
+    (workdir / "models/dps_digits/privacy.json").unlink()
+    res = run_cli("sample", "dps_digits", cwd=workdir)
+    assert res.returncode == 2 and "missing privacy report" in res.stderr
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda x, y: (x[:, :, :20], y), "records have shape"),
+    (lambda x, y: (x.astype(np.float32), y), "must be uint8"),
+    (lambda x, y: (x, y + 10), "labels outside"),
+    (lambda x, y: (x, y[:-1]), "integer labels"),
+])
+def test_bad_synthetic_files_are_rejected(tmp_path, mutate, message):
+    x = np.zeros((20, 1, 28, 28), np.uint8)
+    y = np.arange(20) % 10
+    bx, by = mutate(x, y)
+    write_synthetic(tmp_path / "s.npz", bx, by, 10, PRIVACY, {})
+    with pytest.raises(DataError, match=message):
+        load_synthetic(tmp_path / "s.npz", (1, 28, 28), 10)
+
+
+def test_synthetic_without_privacy_report_is_rejected(tmp_path):
+    np.savez(tmp_path / "s.npz", x=np.zeros((4, 1, 28, 28), np.uint8), y=np.zeros(4, np.int64), num_classes=10)
+    with pytest.raises(DataError, match="no privacy report"):
+        load_synthetic(tmp_path / "s.npz")
+
+
+def test_evaluate_needs_exactly_one_target(workdir):
+    res = run_cli("evaluate", cwd=workdir)
+    assert res.returncode == 2 and "exactly one of" in res.stderr

@@ -28,8 +28,26 @@ def test_shipped_params_are_valid():
     assert set(params.scales) == {"smoke", "quick", "paper"}
     # sweep cells are experiments too, with deterministic names
     cells = params.sweep_members("pm_fmnist")
-    assert len(cells) == 6 and "pm_fmnist-p0.2-m1" in cells
-    assert params.all_experiments()["pm_fmnist-p0.2-m1"].hparams.p == 0.2
+    assert len(cells) == 12 and "pm_fmnist-p0.2-m1" in cells and "pm_fmnist-p0.2-m0.3" in cells
+    cell = params.all_experiments()["pm_fmnist-p0.2-m1"]
+    assert (cell.hparams.p, cell.hparams.m) == (0.2, 1.0)
+    assert params.all_experiments()["batch_sigma_mnist-sigma0.9-batch_size100"].privacy.sigma == 0.9
+
+
+def test_sweep_names_follow_dvc_interpolation():
+    """Cell names use str() of the YAML values in canonical key order: what DVC prints in a matrix."""
+    from dpsynth.config import Sweep, sweep_cell_name
+
+    assert sweep_cell_name("s", {"m": 1, "p": 0.0}) == "s-p0.0-m1"
+    assert sweep_cell_name("s", {"lr": 1.0e-5, "optimizer": "adam"}) == "s-lr1e-05-optimizeradam"
+    grid = Sweep(base="b", grid={"p": [0.0, 1.0], "m": [3]})
+    assert [sweep_cell_name("s", c) for c in grid.cell_list()] == ["s-p0.0-m3", "s-p1.0-m3"]
+    with pytest.raises(ValueError, match="write 1.0e-5"):
+        Sweep(base="b", grid={"lr": ["1e-5"]})
+    with pytest.raises(ValueError, match="same keys"):
+        Sweep(base="b", cells=[{"p": 0.1}, {"m": 1}])
+    with pytest.raises(ValueError, match="exactly one of grid"):
+        Sweep(base="b")
 
 
 def _break(data: dict, path: str, value) -> dict:
@@ -48,7 +66,7 @@ def _break(data: dict, path: str, value) -> dict:
     ("experiments.dps_fmnist.hparams.p", 1.5, "experiments.dps_fmnist.hparams.p", "less than or equal to 1"),
     ("experiments.dps_fmnist.hparams.p", -0.1, "experiments.dps_fmnist.hparams.p", "greater than or equal to 0"),
     ("experiments.dps_fmnist.privacy.delta", 1.5, "experiments.dps_fmnist.privacy.delta", "less than 1"),
-    ("sweeps.pm_fmnist.grid.p", [0.0, 3.0], "sweeps.pm_fmnist", "less than or equal to 1"),
+    ("sweeps.pm_fmnist.cells", [{"p": 3.0, "m": 1}], "sweeps.pm_fmnist", "less than or equal to 1"),
     ("scale", "huge", "scale", "smoke"),
     ("datasets", ["fashion_mnist", "nope"], "datasets", "unknown dataset 'nope'"),
     ("sweeps.pm_fmnist.base", "missing_exp", "sweeps.pm_fmnist.base", "no experiment named"),
@@ -98,4 +116,4 @@ def test_config_show_resolves_scale():
     out = json.loads(res.stdout)
     assert out["resolved"]["scale"] == "smoke"
     assert out["resolved"]["preset"]["train_steps"] == out["scales"]["smoke"]["train_steps"]
-    assert "pm_fmnist-p1-m1" in out["resolved"]["experiments"]
+    assert "pm_fmnist-p1.0-m1" in out["resolved"]["experiments"]

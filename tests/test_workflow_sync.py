@@ -103,7 +103,7 @@ def test_same_stages_outputs_and_commands():
 
 def _two_datasets(p: dict) -> None:
     p["datasets"] = ["digits", "manifold2d_ellipse"]
-    p["targets"] = {}
+    p["targets"], p["privatize"] = {}, {}
     p["evaluation"]["real_datasets"] = []
 
 
@@ -135,7 +135,8 @@ def test_lint_and_dry_runs_on_shipped_params():
 def smoke_patch(p: dict) -> None:
     p["scale"] = "smoke"
     p["datasets"] = ["fashion_mnist"]
-    p["targets"] = {"dps_fmnist": "fashion_mnist"}
+    p["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
+    p["privatize"] = {}
     p["evaluation"]["real_datasets"] = ["fashion_mnist"]
 
 

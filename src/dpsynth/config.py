@@ -187,22 +187,83 @@ class Experiment(_Strict):
 
 
 class Sweep(_Strict):
-    """A grid over sweep keys applied to a base experiment's hyperparameters/privacy."""
+    """Experiments derived from a base experiment: a full ``grid`` over sweep keys, or an explicit
+    list of ``cells`` (the papers' grids are not always full products)."""
 
     base: Name
-    grid: dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], list[Any]]
+    grid: dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], list[Any]] | None = None
+    cells: list[dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], Any]] | None = None
 
-    @field_validator("grid")
-    @classmethod
-    def _non_empty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        if not v:
-            raise ValueError("a sweep needs at least one key")
-        for key, values in v.items():
-            if not values:
-                raise ValueError(f"sweep list {key!r} is empty")
-            if len(set(map(str, values))) != len(values):
-                raise ValueError(f"sweep list {key!r} has duplicates: {values}")
-        return v
+    @model_validator(mode="after")
+    def _shape(self) -> "Sweep":
+        if (self.grid is None) == (self.cells is None):
+            raise ValueError("give exactly one of grid (a full product) or cells (an explicit list)")
+        if self.grid is not None:
+            if not self.grid:
+                raise ValueError("a sweep grid needs at least one key")
+            for key, values in self.grid.items():
+                if not values:
+                    raise ValueError(f"sweep list {key!r} is empty")
+                if len(set(map(str, values))) != len(values):
+                    raise ValueError(f"sweep list {key!r} has duplicates: {values}")
+                for v in values:
+                    _check_sweep_value(key, v)
+        else:
+            if not self.cells:
+                raise ValueError("a sweep needs at least one cell")
+            keys = set(self.cells[0])
+            for cell in self.cells:
+                if set(cell) != keys:
+                    raise ValueError(f"every cell must set the same keys {sorted(keys)}, got {sorted(cell)}")
+                for k, v in cell.items():
+                    _check_sweep_value(k, v)
+            names = [cell_suffix(c) for c in self.cells]
+            if len(set(names)) != len(names):
+                raise ValueError("duplicate cells")
+        return self
+
+    def cell_list(self) -> list[dict[str, Any]]:
+        if self.cells is not None:
+            return [dict(c) for c in self.cells]
+        assert self.grid is not None
+        keys = list(self.grid)
+        return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+
+
+def _check_sweep_value(key: str, v: Any) -> None:
+    """Sweep values must be real YAML numbers (or an optimizer name): cell names are built from
+    them with ``str()`` exactly as DVC's matrix interpolation prints them."""
+    if key == "optimizer":
+        if not isinstance(v, str):
+            raise ValueError(f"optimizer sweep values must be names, got {v!r}")
+        return
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        hint = " (write 1.0e-5, not 1e-5: YAML 1.1 reads the latter as text)" if isinstance(v, str) else ""
+        raise ValueError(f"sweep value for {key!r} must be a number, got {v!r}{hint}")
+
+
+class TableRow(_Strict):
+    """One row of a report table: the paper's row and the run that reproduces it.
+
+    ``experiment`` (a named experiment or sweep cell) or ``real`` (a dataset: its
+    ``results/real_{real}/metrics.json``) names our run; a row with neither is the
+    paper's "reported only" row. ``paper_row`` is a row id of the table's ``published``
+    table in ``dpsynth/report/published.yaml`` (``other_table:row`` picks another one);
+    None: the paper has no such row.
+    """
+
+    label: str
+    experiment: Name | None = None
+    real: Name | None = None
+    paper_row: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TableRow":
+        if self.experiment is not None and self.real is not None:
+            raise ValueError("a row takes experiment or real, not both")
+        if self.experiment is None and self.real is None and self.paper_row is None:
+            raise ValueError("a row needs experiment, real or paper_row")
+        return self
 
 
 class Table(_Strict):
@@ -210,6 +271,14 @@ class Table(_Strict):
     paper: str = Field(description="where the published numbers come from (seed and table)")
     experiments: list[Name] = []
     sweeps: list[Name] = []
+    kind: Literal["methods", "grid", "w2_noise", "privacy"] = Field(
+        default="methods", description="methods: rows below; grid: one row per sweep cell, matched to the "
+        "paper's rows by the swept values; w2_noise: results/w2_noise/{dataset}.csv; privacy: every run's "
+        "epsilon by accountant and convention")
+    published: str | None = Field(default=None, description="table id in dpsynth/report/published.yaml")
+    dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
+                                 "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")
+    rows: list[TableRow] = []
 
 
 class DataSettings(_Strict):
@@ -217,6 +286,14 @@ class DataSettings(_Strict):
     local_dirs: list[str] = Field(default_factory=list, description="searched for raw files first")
     celeba_dir: str | None = None
     mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
+
+
+class Target(_Strict):
+    """One pipeline target: its dataset and the data it trains on (``processed/<dataset>``, or
+    ``privatized/<experiment>`` for local-DP experiments)."""
+
+    dataset: Name
+    data: str
 
 
 class EvaluationSettings(_Strict):
@@ -239,9 +316,11 @@ class Params(_Strict):
     datasets: list[Name]
     scales: dict[ScaleName, ScalePreset]
     experiments: dict[Name, Experiment] = {}
-    targets: dict[Name, Name] = Field(default_factory=dict, description="experiment -> its dataset: what "
-                                      "the pipeline trains, samples and evaluates (the dataset is repeated "
-                                      "so dvc.yaml can name the stage's data dependency)")
+    targets: dict[Name, "Target"] = Field(default_factory=dict, description="what the pipeline trains, samples "
+                                          "and evaluates (dataset and data path are repeated so dvc.yaml can "
+                                          "name each stage's dependencies; they are checked)")
+    privatize: dict[Name, Name] = Field(default_factory=dict, description="local-DP targets -> dataset: "
+                                        "privatized once before training (exactly the local targets; checked)")
     sweeps: dict[Name, Sweep] = {}
     tables: dict[Name, Table] = {}
 
@@ -265,14 +344,20 @@ class Params(_Strict):
         for ename, exp in self.experiments.items():
             if exp.dataset not in DATASETS:
                 raise ValueError(f"experiments.{ename}.dataset: unknown dataset {exp.dataset!r}")
-        for t, ds in self.targets.items():
+        for t, tgt in self.targets.items():
             if t not in self.experiments:
                 raise ValueError(f"targets.{t}: no experiment named {t!r}")
-            if ds != self.experiments[t].dataset:
-                raise ValueError(f"targets.{t}: says dataset {ds!r} but the experiment uses "
-                                 f"{self.experiments[t].dataset!r}")
-            if ds not in self.datasets:
-                raise ValueError(f"targets.{t}: dataset {ds!r} is not in datasets (add it there)")
+            exp = self.experiments[t]
+            if tgt.dataset != exp.dataset:
+                raise ValueError(f"targets.{t}.dataset: says {tgt.dataset!r} but the experiment uses {exp.dataset!r}")
+            want = f"privatized/{t}" if exp.local is not None else f"processed/{exp.dataset}"
+            if tgt.data != want:
+                raise ValueError(f"targets.{t}.data: must be {want!r} (got {tgt.data!r})")
+            if tgt.dataset not in self.datasets:
+                raise ValueError(f"targets.{t}: dataset {tgt.dataset!r} is not in datasets (add it there)")
+        local = {t: self.experiments[t].dataset for t in self.targets if self.experiments[t].local is not None}
+        if dict(self.privatize) != local:
+            raise ValueError(f"privatize: must list exactly the local-DP targets with their datasets, {local}")
         for d in self.evaluation.real_datasets:
             if d not in self.datasets:
                 raise ValueError(f"evaluation.real_datasets: {d!r} is not in datasets")
@@ -286,6 +371,11 @@ class Params(_Strict):
             for s in table.sweeps:
                 if s not in self.sweeps:
                     raise ValueError(f"tables.{tname}.sweeps: no sweep named {s!r}")
+            for i, row in enumerate(table.rows):
+                if row.experiment is not None and row.experiment not in self.experiments and not any(
+                        row.experiment.startswith(f"{s}-") for s in table.sweeps):
+                    raise ValueError(f"tables.{tname}.rows[{i}].experiment: no experiment named {row.experiment!r} "
+                                     f"(a sweep cell needs its sweep in tables.{tname}.sweeps)")
         return self
 
     # ------------------------------------------------------------------ derived views
@@ -309,27 +399,25 @@ class Params(_Strict):
         return list(expand_sweep(sweep, s, self.experiments[s.base]))
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
+def cell_suffix(cell: dict[str, Any]) -> str:
+    """``-p0.2-m1`` with keys in the canonical SWEEP_KEYS order and values printed by ``str()``
+    (as DVC prints them in ``foreach``/``matrix`` stage commands)."""
+    return "".join(f"-{k}{cell[k]}" for k in SWEEP_KEYS if k in cell)
 
 
 def sweep_cell_name(sweep: str, cell: dict[str, Any]) -> str:
-    """Deterministic, file-safe name of one sweep cell, e.g. ``pm_mnist-p0.2-m1``."""
-    return sweep + "".join(f"-{k}{_fmt(v)}" for k, v in cell.items())
+    """Deterministic, file-safe name of one sweep cell, e.g. ``pm_fmnist-p0.2-m1``."""
+    return sweep + cell_suffix(cell)
 
 
 def expand_sweep(sname: str, sweep: Sweep, base: Experiment) -> dict[str, Experiment]:
-    keys = list(sweep.grid)
     out: dict[str, Experiment] = {}
-    for values in itertools.product(*(sweep.grid[k] for k in keys)):
-        cell = dict(zip(keys, values))
+    for cell in sweep.cell_list():
         data = base.model_dump()
         for k, v in cell.items():
             if k == "sigma":
                 if not base.privacy.enabled:
-                    raise ConfigError(f"sweeps.{sname}.grid.sigma: base experiment {sweep.base!r} is non-private")
+                    raise ConfigError(f"sweeps.{sname}: sigma swept but base experiment {sweep.base!r} is non-private")
                 data["privacy"]["sigma"], data["privacy"]["steps"] = v, None
             else:
                 data["hparams"][k] = v

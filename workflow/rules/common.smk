@@ -26,3 +26,7 @@ def train_data(wildcards):
     if exp.local is not None:
         return f"data/privatized/{wildcards.experiment}.npz"
     return f"data/processed/{exp.dataset}.npz"
+
+
+def experiment_dataset(wildcards):
+    return f"data/processed/{EXPERIMENTS[wildcards.experiment].dataset}.npz"

@@ -13,6 +13,9 @@ rule prepare_data:
         "logs/data/{dataset}.log",
     params:
         cli=DPSYNTH,
+    resources:
+        runtime=30,
+        mem_mb=4000,
     conda:
         ENV
     shell:

@@ -1,6 +1,22 @@
 # Train -> sample -> evaluate, one experiment at a time; the real-data rows.
 
 
+rule privatize:
+    input:
+        experiment_dataset,
+    output:
+        npz="data/privatized/{experiment}.npz",
+        report="data/privatized/{experiment}.json",
+    log:
+        "logs/privatize/{experiment}.log",
+    params:
+        cli=DPSYNTH,
+    conda:
+        ENV
+    shell:
+        "{params.cli} privatize {wildcards.experiment} --params params.yaml > {log} 2>&1"
+
+
 rule train:
     input:
         train_data,
@@ -16,6 +32,9 @@ rule train:
     threads: PARAMS.threads
     resources:
         gpu=1,
+        # minutes per job; a run longer than that resumes from its checkpoint on the retry
+        runtime={"smoke": 20, "quick": 360, "paper": 1440}[PARAMS.scale],
+        mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 6000, "paper": 8000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
@@ -34,6 +53,9 @@ rule sample:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+    resources:
+        runtime=lambda wildcards, attempt: {"smoke": 10, "quick": 30, "paper": 120}[PARAMS.scale] * attempt,
+        mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 4000, "paper": 8000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
@@ -43,7 +65,7 @@ rule sample:
 rule evaluate:
     input:
         sets="data/synthetic/{experiment}",
-        real=lambda w: f"data/processed/{EXPERIMENTS[w.experiment].dataset}.npz",
+        real=experiment_dataset,
         summary="models/{experiment}/train_summary.json",
     output:
         metrics="results/{experiment}/metrics.json",
@@ -52,6 +74,9 @@ rule evaluate:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+    resources:
+        runtime=lambda wildcards, attempt: {"smoke": 20, "quick": 120, "paper": 1440}[PARAMS.scale] * attempt,
+        mem_mb=lambda wildcards, attempt: {"smoke": 3000, "quick": 8000, "paper": 16000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
@@ -68,6 +93,9 @@ rule evaluate_real:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+    resources:
+        runtime=lambda wildcards, attempt: {"smoke": 20, "quick": 120, "paper": 1440}[PARAMS.scale] * attempt,
+        mem_mb=lambda wildcards, attempt: {"smoke": 3000, "quick": 8000, "paper": 16000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:

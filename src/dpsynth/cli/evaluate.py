@@ -38,7 +38,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                    **evaluate_synthetic(paths, real, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                         train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
                                         fid_weights=ev.fid_weights, fid_download=ev.fid_download,
-                                        fid_timeout=ev.fid_download_timeout)}
+                                        fid_timeout=ev.fid_download_timeout,
+                                        conditional=exp.method != "entropic_wgan")}
         summary = Path(args.models) / args.experiment / "train_summary.json"
         metrics["train"] = read_json(summary) if summary.is_file() else None
         out = Path(args.results) / args.experiment / "metrics.json"
@@ -46,6 +47,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     write_json(out, metrics)
     for kind, rec in metrics["classifiers"].items():
         print(f"{metrics['experiment']}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
+    if metrics.get("w2"):
+        print(f"{metrics['experiment']}: W2 to clean data {metrics['w2']['mean']:.4f} +- {metrics['w2']['std']:.4f}")
     if "fid" in metrics:
         fid = metrics["fid"]
         print(f"{metrics['experiment']}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else

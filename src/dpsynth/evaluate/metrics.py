@@ -69,9 +69,26 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
             "weights_path": str(path), "weights_sha256": extractor.weights_sha256}
 
 
+def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str, Any]:
+    """W2 (exact OT on 1,000-point subsamples) to the CLEAN test split: the local-privacy metric.
+    Images are compared as flat vectors in [-1, 1], the space the generator is trained in."""
+    from dpsynth.evaluate.w2 import w2_distance
+
+    def flat(x: np.ndarray) -> np.ndarray:
+        if x.ndim == 4:
+            return x.reshape(len(x), -1).astype(np.float64) / 127.5 - 1.0
+        return x.astype(np.float64)
+
+    ref = flat(real.x_test)
+    return {**mean_std([w2_distance(flat(x), ref, n=n, seed=k) for k, x in enumerate(sets)]),
+            "n": n, "reference_split": "test (clean)"}
+
+
 def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], max_epochs: int,
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
-                       fid_download: bool, fid_timeout: float) -> dict[str, Any]:
+                       fid_download: bool, fid_timeout: float, conditional: bool = True) -> dict[str, Any]:
+    """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
+    (the local-privacy method); FID whenever the records are images."""
     t0 = time.perf_counter()
     loaded = [load_synthetic(p, expect_shape=real.record_shape, num_classes=real.num_classes) for p in paths]
     reports = [rep for _, _, rep in loaded]
@@ -81,13 +98,16 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
         raise DataError(f"synthetic sets {', '.join(map(str, paths))} carry different privacy reports")
     sets = [(x, y) for x, y, _ in loaded]
     t1 = time.perf_counter()
-    clf = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset)
+    if conditional:
+        clf, w2 = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset), None
+    else:
+        clf, w2 = {}, w2_scores([x for x, _ in sets], real)
     t2 = time.perf_counter()
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
                      allow_download=fid_download, timeout=fid_timeout) if real.is_image else \
         {"available": False, "fid": None, "reason": "not an image dataset"}
     t3 = time.perf_counter()
-    return {"classifiers": clf, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),
+    return {"classifiers": clf, "w2": w2, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),
             "n_synthetic": int(len(sets[0][0])),
             "seconds": {"load": round(t1 - t0, 2), "classifiers": round(t2 - t1, 2), "fid": round(t3 - t2, 2)}}
 

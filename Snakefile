@@ -8,10 +8,19 @@ configfile: "params.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/pipeline.smk"
+
+
+localrules:
+    report,
 
 
 rule all:
     default_target: True
     input:
+        "results/tables",
+        "results/figures",
         expand("data/processed/{dataset}.npz", dataset=PARAMS.datasets),
         expand("data/processed/{dataset}.json", dataset=PARAMS.datasets),
+        expand("results/{experiment}/metrics.json", experiment=TARGETS),
+        expand("results/real_{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),

@@ -79,6 +79,7 @@ def copy_workflow(dest: Path, params_patch=None) -> Path:
         p = yaml.safe_load((dest / "params.yaml").read_text())
         params_patch(p)
         (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+        _report_deps_patch(p, dest)
     _git_dvc_init(dest)
     return dest
 
@@ -105,6 +106,27 @@ def _two_datasets(p: dict) -> None:
     p["datasets"] = ["digits", "manifold2d_ellipse"]
     p["targets"], p["privatize"] = {}, {}
     p["evaluation"]["real_datasets"] = []
+
+
+def test_report_stage_depends_on_every_target():
+    """DVC cannot expand a list of deps from params: the report stage's list is written out and
+    must name exactly the targets' metrics and sample grids and the real-data rows."""
+    from dpsynth.config import load_params
+
+    params = load_params(REPO / "params.yaml")
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["report"]["deps"]
+    want = {f"results/{t}/{f}" for t in params.targets for f in ("metrics.json", "samples.png")}
+    want |= {f"results/real_{d}/metrics.json" for d in params.evaluation.real_datasets}
+    assert {d for d in dvc if d.startswith("results/")} == want
+
+
+def _report_deps_patch(p: dict, d: Path) -> None:
+    dv = yaml.safe_load((d / "dvc.yaml").read_text())
+    deps = ["src/dpsynth/report"]
+    deps += [f"results/{t}/{f}" for t in p["targets"] for f in ("metrics.json", "samples.png")]
+    deps += [f"results/real_{x}/metrics.json" for x in p["evaluation"]["real_datasets"]]
+    dv["stages"]["report"]["deps"] = deps
+    (d / "dvc.yaml").write_text(yaml.safe_dump(dv, sort_keys=False))
 
 
 def test_changing_datasets_changes_both_dags(tmp_path):

@@ -57,6 +57,10 @@ class ScalePreset(_Strict):
     classifier_max_epochs: int = Field(gt=0)
     classifier_train_subset: int | None = Field(default=None, gt=0)
     fid_samples: int = Field(gt=0)
+    max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
+                                       "afford the non-private batch of 500); recorded in every output")
+    lr: dict[MethodName, float] = Field(default_factory=dict, description="per-method learning-rate override "
+                                        "for short runs (recorded in every output)")
     warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
     n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
 
@@ -474,6 +478,19 @@ def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> P
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_params(raw, source=str(path), scale=scale)
+
+
+def apply_preset(exp: Experiment, preset: ScalePreset) -> tuple[Experiment, dict[str, Any]]:
+    """The experiment as it runs at a scale, and the hyperparameters the scale changed."""
+    changes: dict[str, Any] = {}
+    if preset.max_batch_size is not None and exp.hparams.batch_size > preset.max_batch_size:
+        changes["batch_size"] = preset.max_batch_size
+    if exp.method in preset.lr:
+        changes["lr"] = preset.lr[exp.method]
+    if not changes:
+        return exp, {}
+    return exp.model_copy(update={"hparams": exp.hparams.model_copy(update=changes)}), {
+        k: {"paper": getattr(exp.hparams, k), "this_scale": v} for k, v in changes.items()}
 
 
 def resolve_privacy(exp: Experiment, preset: ScalePreset) -> dict[str, Any]:

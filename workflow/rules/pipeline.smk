@@ -100,3 +100,21 @@ rule evaluate_real:
         ENV
     shell:
         "{params.cli} evaluate --real {wildcards.dataset} --params params.yaml > {log} 2>&1"
+
+
+rule report:
+    input:
+        metrics=expand("results/{experiment}/metrics.json", experiment=TARGETS),
+        grids=expand("results/{experiment}/samples.png", experiment=TARGETS),
+        real=expand("results/real_{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
+    output:
+        tables=directory("results/tables"),
+        figures=directory("results/figures"),
+    log:
+        "logs/report.log",
+    params:
+        cli=DPSYNTH,
+    conda:
+        ENV
+    shell:
+        "{params.cli} report --params params.yaml > {log} 2>&1"

@@ -24,7 +24,7 @@ def build_context(args: argparse.Namespace):
     import numpy as np
     import torch
 
-    from dpsynth.config import resolve_privacy
+    from dpsynth.config import apply_preset, resolve_privacy
     from dpsynth.data.dataset import Dataset, load_processed
     from dpsynth.methods.base import TrainContext, subset_indices
 
@@ -33,7 +33,7 @@ def build_context(args: argparse.Namespace):
     experiments = params.all_experiments()
     if args.experiment not in experiments:
         raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
-    exp = experiments[args.experiment]
+    exp, overrides = apply_preset(experiments[args.experiment], params.preset)
     seed = params.seeds[0] if args.seed is None else args.seed
     path = data_path(params, args.experiment)
     if exp.local is not None and not path.is_file():
@@ -54,6 +54,7 @@ def build_context(args: argparse.Namespace):
         name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
         data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
         device=device, progress=not args.no_progress,
+        **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
     )
 
 
@@ -66,12 +67,24 @@ def _train(args: argparse.Namespace) -> int:
     summary = method.train(ctx)
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
     summary["scale"] = ctx.scale
+    summary["scale_overrides"] = ctx.scale_overrides
     if summary.get("finished", True) and not summary.get("already_done"):
         from dpsynth.io import write_json
 
         write_json(ctx.out_dir / "train_summary.json", summary)
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: a checkpoint interval of 0 or less would never checkpoint (or divide by zero)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,4 +95,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="models", help="models directory (default: models)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",
+                   help="write a resume checkpoint every N steps (default: the method's)")
     p.set_defaults(func=_train)

@@ -55,6 +55,7 @@ class TrainContext:
     checkpoint_every: int = 500  # steps
     progress: bool = True
     max_steps_this_run: int | None = None  # for tests: stop early (as if killed) after this many steps
+    scale_overrides: dict[str, Any] = field(default_factory=dict)  # hyperparameters the scale changed
 
     @property
     def generator_path(self) -> Path:

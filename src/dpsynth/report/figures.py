@@ -1,0 +1,229 @@
+"""Figures of the report (matplotlib, Agg): sample grids side by side per table, W2 versus
+noise, privacy-utility curves when the configuration holds several epsilons, and heat maps
+of two-key grids (p x m, optimizer x lr, batch x sigma), ours above the paper's.
+
+The curves' data are also written as CSV next to the PNGs so DVC ``plots:`` can draw them.
+A figure whose runs are all missing is still written, saying so, so the outputs of the
+report stage do not depend on which runs happened to finish.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpsynth.config import Params
+from dpsynth.io import atomic_open, atomic_path
+from dpsynth.report.runs import METRICS, RunStore, metric_value
+from dpsynth.report.tables import BuiltTable, read_w2_csv
+
+W2_CSV = "w2_noise.csv"
+PRIVACY_UTILITY_CSV = "privacy_utility.csv"
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+    _plt().close(fig)
+    return path
+
+
+def _placeholder(path: Path, title: str, message: str) -> Path:
+    plt = _plt()
+    fig = plt.figure(figsize=(5, 1.5))
+    fig.text(0.5, 0.6, title, ha="center", va="center", fontsize=10, weight="bold")
+    fig.text(0.5, 0.3, message, ha="center", va="center", fontsize=9)
+    return _save(fig, path)
+
+
+def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> Path:
+    """The rows' ``results/{experiment}/samples.png`` side by side, labelled by table row."""
+    path = Path(out_dir) / f"{built.name}_samples.png"
+    found = [(label, Path(results) / exp / "samples.png") for label, exp in built.runs]
+    found = [(label, p) for label, p in found if p.is_file()]
+    if not found:
+        return _placeholder(path, built.title, "no sample grids: not run")
+    plt = _plt()
+    ncols = min(6, len(found))
+    nrows = math.ceil(len(found) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (label, p) in zip(axes.flat, found):
+        ax.imshow(plt.imread(p))
+        ax.set_title(label, fontsize=8)
+    fig.suptitle(built.title, fontsize=10)
+    return _save(fig, path)
+
+
+def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
+    """W2 to the clean data versus noise, one curve per loss and dataset (seed 003 Fig. 5).
+
+    Reads ``results/w2_noise/{dataset}.csv`` for every w2_noise table's dataset and writes
+    the long-format curve data ``w2_noise.csv`` (dataset, loss, noise, w2, w2_std, n)."""
+    datasets = [t.dataset for t in params.tables.values() if t.kind == "w2_noise" and t.dataset]
+    rows: list[dict[str, Any]] = []
+    out: list[Path] = []
+    plt = _plt()
+    for ds in dict.fromkeys(datasets):
+        src = Path(results) / "w2_noise" / f"{ds}.csv"
+        png = Path(out_dir) / f"w2_noise_{ds}.png"
+        if not src.is_file():
+            out.append(_placeholder(png, f"W2 vs noise ({ds})", f"{src}: not run"))
+            continue
+        df = read_w2_csv(src)
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for loss, g in df.groupby("loss", sort=False):
+            agg = g.groupby("noise")["w2"].agg(["mean", "std", "count"]).reset_index().fillna(0.0)
+            ax.errorbar(agg["noise"], agg["mean"], yerr=agg["std"], marker="o", label=str(loss), capsize=2)
+            rows += [{"dataset": ds, "loss": str(loss), "noise": float(r.noise), "w2": float(r.mean),
+                      "w2_std": float(r.std), "n": int(r.count)} for r in agg.itertuples()]
+        if "w2_privatized_data" in df:
+            base = df.groupby("noise")["w2_privatized_data"].mean()
+            ax.plot(base.index, base.values, "k--", label="privatized data itself")
+        ax.set_xlabel("noise std σ")
+        ax.set_ylabel("W2 to the clean data")
+        ax.set_title(f"W2 vs noise ({ds}); seed 003 Fig. 5 gives this only as a plot", fontsize=9)
+        ax.legend(fontsize=8)
+        out.append(_save(fig, png))
+    csv_path = Path(out_dir) / W2_CSV
+    with atomic_open(csv_path) as fh:
+        pd.DataFrame(rows, columns=["dataset", "loss", "noise", "w2", "w2_std", "n"]).to_csv(
+            fh, index=False, lineterminator="\n")
+    return out + [csv_path]
+
+
+def privacy_utility(params: Params, results: Path, out_dir: Path) -> list[Path]:
+    """Accuracy and FID versus epsilon for every (method, dataset) configured at several
+    target epsilons; the x value is the run's headline epsilon (what its accountant says)."""
+    store = RunStore(results)
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, exp in params.all_experiments().items():
+        if exp.privacy.enabled and exp.privacy.epsilon is not None:
+            groups[(exp.method, exp.dataset)].append(name)
+    rows: list[dict[str, Any]] = []
+    out: list[Path] = []
+    plt = _plt()
+    for (method, dataset), names in sorted(groups.items()):
+        targets = {params.all_experiments()[n].privacy.epsilon for n in names}
+        if len(targets) < 2:
+            continue
+        pts = []
+        for n in names:
+            run = store.experiment(n)
+            if run is None:
+                continue
+            priv = run.privacy or {}
+            eps = run.epsilons().get(str(priv.get("headline")))
+            if eps is None or not math.isfinite(eps):
+                continue
+            for metric in METRICS:
+                v = metric_value(run, metric)
+                if v is not None:
+                    pts.append({"method": method, "dataset": dataset, "experiment": n, "epsilon": eps,
+                                "metric": metric, "value": v})
+        rows += pts
+        png = Path(out_dir) / f"privacy_utility_{method}_{dataset}.png"
+        if not pts:
+            out.append(_placeholder(png, f"privacy-utility: {method} on {dataset}", "not run"))
+            continue
+        df = pd.DataFrame(pts)
+        fig, (ax_acc, ax_fid) = plt.subplots(1, 2, figsize=(9, 3.5))
+        for metric, g in df.groupby("metric"):
+            g = g.sort_values("epsilon")
+            ax = ax_fid if metric == "fid" else ax_acc
+            ax.plot(g["epsilon"], g["value"], marker="o", label=METRICS[str(metric)])
+        ax_acc.set(xlabel="ε (headline convention)", ylabel="accuracy (%)", xscale="log")
+        ax_fid.set(xlabel="ε (headline convention)", ylabel="FID", xscale="log")
+        ax_acc.legend(fontsize=8)
+        fig.suptitle(f"privacy-utility: {method} on {dataset}", fontsize=10)
+        out.append(_save(fig, png))
+    csv_path = Path(out_dir) / PRIVACY_UTILITY_CSV
+    with atomic_open(csv_path) as fh:
+        pd.DataFrame(rows, columns=["method", "dataset", "experiment", "epsilon", "metric", "value"]).to_csv(
+            fh, index=False, lineterminator="\n")
+    return out + [csv_path]
+
+
+def _float(s: str) -> float | None:
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def _axis(values: list[str]) -> list[str]:
+    """Axis ticks in numeric order when every value is a number, else alphabetical."""
+    uniq = list(dict.fromkeys(values))
+    if all(_float(v) is not None for v in uniq):
+        return sorted(uniq, key=lambda v: _float(v) or 0.0)
+    return sorted(uniq, key=str.lower)
+
+
+def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
+    """Two-key grids: ours (top) and the paper's (bottom) for FID and each classifier; a blank
+    (grey) square is a cell not run / not reported, annotated as such."""
+    if built.grid is None or len(built.grid["keys"]) != 2:
+        return None
+    k0, k1 = built.grid["keys"]
+    cells = built.grid["cells"]
+    rows_ax = _axis([c[0].get(k0, "n/a") for c in cells])
+    cols_ax = _axis([c[0].get(k1, "n/a") for c in cells])
+    plt = _plt()
+    fig, axes = plt.subplots(2, len(METRICS), figsize=(3.2 * len(METRICS), 2 * (1 + 0.35 * len(rows_ax))),
+                             squeeze=False)
+    for j, (metric, label) in enumerate(METRICS.items()):
+        grids = {}
+        for who in ("ours", "paper"):
+            grid = np.full((len(rows_ax), len(cols_ax)), np.nan)
+            for key_vals, run, paper_vals in cells:
+                r, c = rows_ax.index(key_vals.get(k0, "n/a")), cols_ax.index(key_vals.get(k1, "n/a"))
+                v = metric_value(run, metric) if who == "ours" else _float(paper_vals[metric])
+                if v is not None:
+                    grid[r, c] = v
+            grids[who] = grid
+        both = np.concatenate([g.ravel() for g in grids.values()])
+        lo, hi = (np.nanmin(both), np.nanmax(both)) if np.isfinite(both).any() else (0.0, 1.0)
+        cmap = plt.get_cmap("viridis_r" if metric == "fid" else "viridis").with_extremes(bad="#dddddd")
+        for i, (who, grid) in enumerate(grids.items()):
+            ax = axes[i, j]  # one colour scale for ours and the paper's, so the colours compare
+            ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
+            for r in range(len(rows_ax)):
+                for c in range(len(cols_ax)):
+                    txt = f"{grid[r, c]:.1f}" if np.isfinite(grid[r, c]) else ("not run" if who == "ours" else "n/r")
+                    ax.text(c, r, txt, ha="center", va="center", fontsize=6)
+            ax.set_xticks(range(len(cols_ax)), cols_ax, fontsize=7)
+            ax.set_yticks(range(len(rows_ax)), rows_ax, fontsize=7)
+            ax.set_xlabel(k1, fontsize=8)
+            ax.set_ylabel(k0, fontsize=8)
+            ax.set_title(f"{label} ({who})", fontsize=8)
+    fig.subplots_adjust(hspace=0.5, wspace=0.35)
+    fig.suptitle(f"{built.title} — top: ours, bottom: {built.paper} (n/r: not reported)", fontsize=9)
+    return _save(fig, Path(out_dir) / f"{built.name}_heatmap.png")
+
+
+def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path) -> list[Path]:
+    out: list[Path] = []
+    for b in built.values():
+        if params.tables[b.name].kind in ("methods", "grid"):
+            out.append(sample_grids(b, results, out_dir))
+        hm = heat_maps(b, out_dir)
+        if hm is not None:
+            out.append(hm)
+    out += w2_noise(params, results, out_dir)
+    out += privacy_utility(params, results, out_dir)
+    return out

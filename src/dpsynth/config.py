@@ -59,8 +59,11 @@ class ScalePreset(_Strict):
     fid_samples: int = Field(gt=0)
     max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
                                        "afford the non-private batch of 500); recorded in every output")
-    lr: dict[MethodName, float] = Field(default_factory=dict, description="per-method learning-rate override "
-                                        "for short runs (recorded in every output)")
+    hparams: dict[MethodName, dict[str, Any]] = Field(default_factory=dict, description="per-method "
+                                                      "hyperparameter overrides for short runs (validated; "
+                                                      "recorded in every output)")
+    method_train_steps: dict[MethodName, int] = Field(default_factory=dict, description="per-method step "
+                                                      "budget, overriding train_steps")
     warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
     n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
 
@@ -482,14 +485,17 @@ def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> P
 
 def apply_preset(exp: Experiment, preset: ScalePreset) -> tuple[Experiment, dict[str, Any]]:
     """The experiment as it runs at a scale, and the hyperparameters the scale changed."""
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = dict(preset.hparams.get(exp.method, {}))
     if preset.max_batch_size is not None and exp.hparams.batch_size > preset.max_batch_size:
         changes["batch_size"] = preset.max_batch_size
-    if exp.method in preset.lr:
-        changes["lr"] = preset.lr[exp.method]
+    changes = {k: v for k, v in changes.items() if getattr(exp.hparams, k, object()) != v}
     if not changes:
         return exp, {}
-    return exp.model_copy(update={"hparams": exp.hparams.model_copy(update=changes)}), {
+    try:
+        hp = Hyper.model_validate({**exp.hparams.model_dump(), **changes})
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, prefix=f"scales.<{exp.method}> hparams")) from None
+    return exp.model_copy(update={"hparams": hp}), {
         k: {"paper": getattr(exp.hparams, k), "this_scale": v} for k, v in changes.items()}
 
 
@@ -500,11 +506,12 @@ def resolve_privacy(exp: Experiment, preset: ScalePreset) -> dict[str, Any]:
     is then calibrated to the same (epsilon, delta)); the target itself never changes.
     """
     p = exp.privacy
+    budget = preset.method_train_steps.get(exp.method, preset.train_steps)
     if not p.enabled:
-        return {"enabled": False, "mode": "non_private", "steps": preset.train_steps}
-    if preset.train_steps is not None:
+        return {"enabled": False, "mode": "non_private", "steps": budget}
+    if budget is not None:
         return {"enabled": True, "mode": "calibrate_sigma", "epsilon": p.epsilon, "delta": p.delta,
-                "steps": preset.train_steps, "paper_sigma": p.sigma}
+                "steps": budget, "paper_sigma": p.sigma}
     if p.sigma is not None:
         return {"enabled": True, "mode": "derive_steps", "epsilon": p.epsilon, "delta": p.delta, "sigma": p.sigma}
     return {"enabled": True, "mode": "calibrate_sigma", "epsilon": p.epsilon, "delta": p.delta, "steps": p.steps}

@@ -28,6 +28,7 @@ def _warmstart(args: argparse.Namespace) -> int:
         warm_start,
     )
 
+    args.checkpoint_every = None  # build_context is shared with `train`; a warm start has no checkpoints
     ctx = build_context(args)
     if ctx.experiment.method != "gs_wgan":
         raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}; "

@@ -8,10 +8,11 @@ generator is the gradient w.r.t. the generated images, which goes through
 weights enter the generator step detached, and the generator's initialisation, latents
 and labels never touch the data. The released generator is an EMA of the generator.
 
-Privacy, both ways (``privacy.accounting.gswgan_epsilon``): a run given a step budget
-(``calibrate_sigma``) calibrates sigma with the SOUND accountant and is held to it; a run
-given the paper's sigma (``derive_steps``) derives its steps the published way (so the paper
-scale reproduces the paper's 20,000 steps) and its report shows the sound epsilon beside it.
+Privacy, both ways (``privacy.accounting.gswgan_epsilon``): the SOUND accountant governs every
+run -- a step budget (``calibrate_sigma``) calibrates sigma to the target, a given sigma
+(``derive_steps``) derives the steps that keep the sound epsilon within the target. The report
+carries the published ("as published") epsilon beside it for comparison with the paper; the
+published settings are the experiment ``gswgan_*_published`` (sigma 1.07, sound target ~370).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from dpsynth.errors import ConfigError, DataError, DpsynthError, PrivacyError
+from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
     Preempted,
@@ -46,7 +49,7 @@ from dpsynth.methods.gswgan_critics import (
     real_batch,
     warmstart_dir,
 )
-from dpsynth.nets import build_generator
+from dpsynth.nets import GENERATORS, build_generator
 from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, gswgan_report
@@ -62,8 +65,10 @@ LOG_FIELDS = ["critic", "d_loss", "wasserstein", "g_loss", "max_sample_norm", "e
 
 def validate(ctx: TrainContext) -> None:
     h = ctx.experiment.hparams
-    if h.generator != "resnet28":
-        raise ConfigError(f"experiments.{ctx.name}.hparams.generator: GS-WGAN uses 'resnet28', got {h.generator!r}")
+    if GENERATORS.get(h.generator) is not GSWGANGenerator:
+        names = sorted(k for k, v in GENERATORS.items() if v is GSWGANGenerator)
+        raise ConfigError(f"experiments.{ctx.name}.hparams.generator: GS-WGAN uses its ResNet generator "
+                          f"({' or '.join(map(repr, names))}), got {h.generator!r}")
     if h.optimizer != "adam":
         raise ConfigError(f"experiments.{ctx.name}.hparams.optimizer: GS-WGAN uses adam, got {h.optimizer!r}")
     x = ctx.data.x_train
@@ -88,19 +93,38 @@ def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, i
         sigma = acc.gswgan_sound_sigma(n_critics, b, steps, delta, eps)
         return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
     if plan["mode"] == "derive_steps":
+        # The target is held to the SOUND accountant here too (DESIGN 5.2): deriving the steps from
+        # the published per-sample count would let a run configured for epsilon 10 end at ~369.
         sigma = float(plan["sigma"])
-        releases = acc.max_steps(sigma, 1.0 / n_critics, delta, eps, sampling="without_replacement")
-        steps = releases // b
+        steps = acc.gswgan_sound_max_steps(sigma, n_critics, b, delta, eps)
         if steps < 1:
-            raise ConfigError(f"experiments.{ctx.name}.privacy: sigma {sigma} cannot reach epsilon {eps} "
-                              f"in even one step at N_d={n_critics}, B={b}")
-        # The guard counts the published per-sample releases (B per step), so it holds the paper's number.
-        guard = BudgetGuard(sigma, 1.0 / n_critics, delta, eps, sampling="without_replacement")
-        return sigma, steps, guard, "as_published"
+            raise ConfigError(
+                f"experiments.{ctx.name}.privacy: under the sound GS-WGAN accountant sigma {sigma} cannot afford "
+                f"one step at epsilon {eps} (N_d={n_critics}, B={b}); the published settings (sigma 1.07, "
+                f"N_d 1000, B 32) reach sound epsilon ~369 after 20,000 steps - state that epsilon, or give "
+                f"a step budget so sigma is calibrated")
+        return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
     raise ConfigError(f"unknown privacy mode {plan['mode']!r}")
 
 
 # --------------------------------------------------------------------------- steps
+
+
+@contextmanager
+def frozen_buffers(module: torch.nn.Module) -> Iterator[None]:
+    """Restore the module's buffers (BN running stats) afterwards.
+
+    The critic's fake batch is generated from the private batch's labels; letting that
+    forward update the generator's running statistics would put private labels into the
+    released generator without passing the sanitizer (a test caught exactly this).
+    """
+    saved = [b.detach().clone() for b in module.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, v in zip(module.buffers(), saved):
+                b.copy_(v)
 
 
 @torch.no_grad()
@@ -147,9 +171,9 @@ def train_step(
     stats: dict[str, float] = {}
     for _ in range(h.critic_steps):
         real, ry = real_batch(x_u8, y_all, shards[j : j + 1], b, gens["data"])
-        with torch.no_grad():
+        with torch.no_grad(), frozen_buffers(G):
             z = G.sample_latent(b, gens["data"])
-            fake = G(z, ry[0])[None]
+            fake = G(z, ry[0])[None]  # conditioned on the REAL labels (published): critic side only
         stats = critic_step(critic, real, ry, fake, h.gp_weight, h.drift, gens["data"])
     g_loss = generator_step(G, opt, critic, b, gens["data"], sanitizer)
     bank.put(j, critic)
@@ -160,7 +184,7 @@ def train_step(
 
 
 def generator_arch(ctx: TrainContext) -> dict[str, Any]:
-    return {"name": "resnet28", "kwargs": {"latent_dim": 10, "num_classes": ctx.data.num_classes,
+    return {"name": ctx.experiment.hparams.generator, "kwargs": {"latent_dim": 10, "num_classes": ctx.data.num_classes,
                                            "model_dim": ctx.experiment.hparams.model_dim,
                                            "out_channels": int(ctx.data.x_train.shape[1])}}
 
@@ -214,7 +238,6 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                    "critics": bank.state_dict(), "rng": rng_state(gens),
                    "guard": guard.state_dict() if guard is not None else None})
 
-    per_step = h.batch_size if schedule == "as_published" else 1  # guard units per generator step
     stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
     t_start, steps_start = time.perf_counter(), step
     bar = tqdm(total=total_steps, initial=step, disable=not ctx.progress, desc=ctx.name, unit="step", dynamic_ncols=True)
@@ -222,11 +245,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         with sigterm_flag() as flag:
             while step < stop_at:
                 if guard is not None:  # refuse (PrivacyError) before a step that would exceed the target
-                    if guard.remaining < per_step:
-                        raise PrivacyError(f"privacy budget exhausted: generator step {step + 1} would exceed "
-                                           f"epsilon {guard.target_eps} at delta {guard.delta}")
-                    for _ in range(per_step):
-                        guard.step()
+                    guard.step()
                 stats = train_step(G, opt, bank, x_u8, y_all, shards, h, gens, sanitizer)
                 ema_update(G_ema, G, step, h.ema_decay)
                 step += 1

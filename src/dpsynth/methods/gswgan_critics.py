@@ -54,8 +54,13 @@ def critic_settings(exp: Experiment, preset: ScalePreset, seed: int, n_records: 
 
 
 def warmstart_dir(models_root: str | Path, settings: dict[str, Any]) -> Path:
-    """``{models}/warmstart/{dataset}-nd{N_d}-w{steps}-seed{s}-{hash}``: readable and collision-free."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    """``{models}/warmstart/{dataset}-nd{N_d}-w{steps}-seed{s}-{hash}``: readable and collision-free.
+
+    The record count is left out of the name so a workflow can compute the path from
+    params.yaml alone; the artifact still records it and training checks it (and the data).
+    """
+    keyed = {k: v for k, v in settings.items() if k != "n_records"}
+    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{settings['dataset']}-nd{settings['n_critics']}-w{settings['warmup_steps']}-seed{settings['seed']}-{digest}"
     return Path(models_root) / "warmstart" / name
 

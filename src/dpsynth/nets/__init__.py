@@ -8,6 +8,7 @@ from dpsynth.errors import ConfigError
 from dpsynth.nets.base import LATENT_DISTS, Generator
 from dpsynth.nets.biggan import BigGANGenerator
 from dpsynth.nets.dcgan import DCGANGenerator
+from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.nets.mlp import MLPGenerator
 
 __all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MLPGenerator", "build_generator"]
@@ -16,6 +17,7 @@ GENERATORS: dict[str, type[Generator]] = {
     "dcgan": DCGANGenerator,
     "biggan": BigGANGenerator,
     "mlp": MLPGenerator,
+    "resnet28": GSWGANGenerator,
 }
 
 

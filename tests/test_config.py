@@ -117,3 +117,18 @@ def test_config_show_resolves_scale():
     assert out["resolved"]["scale"] == "smoke"
     assert out["resolved"]["preset"]["train_steps"] == out["scales"]["smoke"]["train_steps"]
     assert "pm_fmnist-p1.0-m1" in out["resolved"]["experiments"]
+
+
+def test_scale_overrides_are_validated_and_recorded():
+    from dpsynth.config import ScalePreset, apply_preset
+
+    params = load_params(REPO / "params.yaml", scale="quick")
+    exp, changes = apply_preset(params.all_experiments()["sinkhorn_fmnist_nonprivate"], params.preset)
+    assert exp.hparams.batch_size == params.preset.max_batch_size
+    assert changes["batch_size"]["paper"] == 500 and changes["lr"]["this_scale"] == exp.hparams.lr
+    paper = load_params(REPO / "params.yaml", scale="paper")
+    assert apply_preset(paper.experiments["dps_fmnist"], paper.preset) == (paper.experiments["dps_fmnist"], {})
+    bad = ScalePreset(n_synthetic=1, n_synthetic_sets=1, classifier_max_epochs=1, fid_samples=1,
+                      hparams={"dp_sinkhorn": {"p": 7}})
+    with pytest.raises(ConfigError, match="p"):
+        apply_preset(paper.experiments["dps_fmnist"], bad)

@@ -8,7 +8,6 @@ import http.server
 import threading
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 
 import pytest
 

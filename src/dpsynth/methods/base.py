@@ -210,6 +210,19 @@ def sigterm_flag() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def checkpoint_if_due(ctx: TrainContext, step: int, total_steps: int, flag: dict[str, bool], log: TrainLog,
+                      save: Any) -> None:
+    """Between steps: the periodic checkpoint, and on SIGTERM a final one then ``Preempted``.
+
+    The log is flushed first so a resumed run's log matches the checkpoint it resumes from."""
+    due = step % ctx.checkpoint_every == 0 and step < total_steps
+    if due or flag["stop"]:
+        log.flush()
+        save()
+    if flag["stop"]:
+        raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")
+
+
 def subset_indices(n: int, subset: int | None, seed: int) -> np.ndarray | None:
     """Deterministic stratification-free subset of the private data for a scale (None = all)."""
     if subset is None or subset >= n:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
-    Preempted,
+    checkpoint_if_due,
     TrainContext,
     TrainLog,
     images_to_float,
@@ -38,7 +38,7 @@ from dpsynth.methods.base import (
 from dpsynth.nets import build_generator
 from dpsynth.ot import FeatureAugmentedCost, embed_with_labels, entropic_ot, make_cost, num_extra
 from dpsynth.privacy import accounting as acc
-from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport
 from dpsynth.privacy.sanitizers import ParamGradSanitizer, WholeBatchSanitizer
 
 #: DP-Sinkhorn's default Sinkhorn iterations per solve (annealed from the largest cost down
@@ -264,13 +264,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                               clean_norm=last.clean_norm if last else float("nan"),
                               noise_norm=last.noise_norm if last else 0.0)
                     bar.set_postfix(loss=f"{loss:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
-                if step % ctx.checkpoint_every == 0 and step < total_steps:
-                    log.flush()
-                    save_checkpoint()
-                if flag["stop"]:
-                    log.flush()
-                    save_checkpoint()
-                    raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")
+                checkpoint_if_due(ctx, step, total_steps, flag, log, save_checkpoint)
     finally:
         bar.close()
         log.close()

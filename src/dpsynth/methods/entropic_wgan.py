@@ -41,7 +41,7 @@ from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
-    Preempted,
+    checkpoint_if_due,
     TrainContext,
     TrainLog,
     load_generator,
@@ -399,13 +399,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                     raise DpsynthError(f"{ctx.name}: loss became {loss} at step {step}; lower hparams.lr")
                 if step % log_every == 0 or step == total:
                     log.write(step, loss=loss)
-                if step % ctx.checkpoint_every == 0 and step < total:
-                    log.flush()
-                    save(step, done=False)
-                if flag["stop"]:
-                    log.flush()
-                    save(step, done=False)
-                    raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, rerun to resume")
+                checkpoint_if_due(ctx, step, total, flag, log, lambda: save(step, done=False))
     finally:
         log.close()
     seconds = time.perf_counter() - t0

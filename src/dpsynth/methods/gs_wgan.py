@@ -31,7 +31,7 @@ from tqdm import tqdm
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
-    Preempted,
+    checkpoint_if_due,
     TrainContext,
     TrainLog,
     rng_state,
@@ -258,13 +258,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                               g_loss=stats["g_loss"], epsilon=eps_spent, steps_per_s=rate,
                               max_sample_norm=sanitizer.last.clean_norm if sanitizer and sanitizer.last else float("nan"))
                     bar.set_postfix(w=f"{stats['wasserstein']:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
-                if step % ctx.checkpoint_every == 0 and step < total_steps:
-                    log.flush()
-                    save_checkpoint()
-                if flag["stop"]:
-                    log.flush()
-                    save_checkpoint()
-                    raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")
+                checkpoint_if_due(ctx, step, total_steps, flag, log, save_checkpoint)
     finally:
         bar.close()
         log.close()

@@ -1,0 +1,284 @@
+"""`dpsynth bench dp-sinkhorn`: time the DP-Sinkhorn training step against a plain reference.
+
+Everything runs in ONE process on the same data, at the paper's MNIST settings (batch 50,
+p = 0.2, eps = 0.05, alpha_c = 15, C = 0.5, sigma = 1.1, DCGAN 28x28, Adam lr 1e-5 wd 2e-5),
+with trials of the contenders INTERLEAVED (their order alternates) and the median over
+trials reported, because the machine may be shared. Contenders:
+
+* ``reference`` -- the published code's step (nv-tlabs/DP-Sinkhorn_code, sinkhorn_poisson.py):
+  ``SamplesLoss("sinkhorn", p=2, blur=sqrt(eps), scaling=0.5 (default), debias=False,
+  backend="tensorized", cost=<its default cost ||x-y||^2 = x2 - 2xy + y2>)`` called twice per
+  step (``2 W(X, Y) - W(X, X[n':])``), a tensor hook that clips the whole image gradient with
+  ``x.norm().item()`` and adds CPU-drawn noise, ``.item()`` for the logged losses, the Poisson
+  batch taken as is (no padding), plain ``G(z, labels)``. Deviation from the published code:
+  one generator forward of ``n + n'`` (our trainer's model, as in DESIGN 5.1), not two.
+* ``trainer`` -- ``dp_sinkhorn._step`` as the trainer runs it today.
+* ``fast`` -- :class:`dpsynth.methods.fast_step.FastStep` (CUDA graph on a GPU).
+
+``--sweep K`` also times K configurations (seeds 0..K-1, alternating m in {0, 1}) trained
+by :class:`~dpsynth.methods.batched_sweep.BatchedSweep` against the same K trained one after
+another with FastStep. Writes JSON with steps/s, ratios, the load average and the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpsynth.errors import ConfigError, DpsynthError
+from dpsynth.io import write_json
+
+#: The paper's MNIST settings (ICLR App. D; params.yaml dps_mnist).
+MNIST = {"batch_size": 50, "p": 0.2, "eps": 0.05, "alpha_c": 15.0, "clip": 0.5, "sigma": 1.1, "lr": 1e-5,
+         "weight_decay": 2e-5, "records": 60000, "num_classes": 10, "n_iter": 30, "scaling": 0.5}
+#: Steps of the paper's MNIST run (ICLR: ~3.46 M steps at sigma 1.1, eps 10).
+PAPER_STEPS = 3_460_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="time training steps against a plain reference (DESIGN 10)")
+    sub = p.add_subparsers(dest="bench_target", metavar="<target>")
+    sub.required = True
+    q = sub.add_parser("dp-sinkhorn", help="DP-Sinkhorn step: fast vs published-style reference")
+    q.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    q.add_argument("--steps", type=int, default=5, help="steps per trial per contender")
+    q.add_argument("--trials", type=int, default=5, help="interleaved trials (median reported)")
+    q.add_argument("--warmup", type=int, default=2, help="untimed steps per contender first")
+    q.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    q.add_argument("--sweep", type=int, default=0, help="also time a batched sweep of this many configurations")
+    q.add_argument("--records", type=int, default=MNIST["records"], help="synthetic MNIST-shaped records")
+    q.add_argument("--skip-trainer", action="store_true", help="do not time dp_sinkhorn._step")
+    q.add_argument("--json", type=Path, default=None, help="write the results here")
+    q.set_defaults(func=run_dp_sinkhorn)
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+def published_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The published code's default p=2 cost: ``||x||^2 - 2 x.y + ||y||^2`` (no 1/2, no clamp)."""
+    if x.dim() == 2:
+        return (x * x).sum(-1).unsqueeze(1) - 2 * x @ y.T + (y * y).sum(-1).unsqueeze(0)
+    return (x * x).sum(-1).unsqueeze(2) - 2 * x @ y.transpose(1, 2) + (y * y).sum(-1).unsqueeze(1)
+
+
+class ReferenceStep:
+    """The published code's per-step implementation (see module docstring for the settings)."""
+
+    def __init__(self, G: torch.nn.Module, opt: torch.optim.Optimizer, x_all: torch.Tensor, y_all: torch.Tensor,
+                 s: dict[str, Any], gens: dict[str, torch.Generator]) -> None:
+        from geomloss import SamplesLoss
+
+        self.G, self.opt, self.x_all, self.y_all, self.s, self.gens = G, opt, x_all, y_all, s, gens
+        self.n, self.n_extra = s["batch_size"], int(math.floor(s["p"] * s["batch_size"] + 1e-9))
+        self.loss_fn = SamplesLoss(loss="sinkhorn", debias=False, p=2, blur=math.sqrt(s["eps"]), scaling=0.5,
+                                   backend="tensorized", cost=published_cost)
+        self.last: dict[str, float] = {}
+
+    def _hook(self, g: torch.Tensor) -> torch.Tensor:
+        n, s = self.n, self.s
+        priv, extra = g[:n], g[n:]
+        clean = priv.norm().item()
+        priv = priv * min(s["clip"] / (clean + 1e-6), 1.0)
+        noise = (torch.randn(priv.shape, generator=self.gens["noise_cpu"]) * s["clip"] * s["sigma"] * 2).to(g.device)
+        self.last["gnorm_clean"] = clean
+        self.last["gnorm_noise"] = noise.norm().item()
+        en = extra.norm().item()
+        extra = extra * min(s["clip"] / (en + 1e-6), 1.0)
+        return torch.cat([priv + noise, extra])
+
+    def __call__(self) -> float:
+        s, G, n, ne = self.s, self.G, self.n, self.n_extra
+        mask = torch.rand(self.x_all.shape[0], generator=self.gens["data"], device=self.x_all.device) < self.s["q"]
+        idx = mask.nonzero().squeeze(1)
+        img, label = self.x_all[idx], self.y_all[idx]
+        z = G.sample_latent(n + ne, self.gens["model"])
+        gl = G.sample_labels(n + ne, self.gens["model"])
+        gen = G(z, gl)
+        gen.register_hook(self._hook)
+        nc = s["num_classes"]
+        gen_feat = torch.cat([gen.view(n + ne, -1), s["alpha_c"] * torch.nn.functional.one_hot(gl, nc).float()], 1)
+        real_feat = torch.cat([img.view(img.shape[0], -1), s["alpha_c"] * torch.nn.functional.one_hot(label, nc).float()], 1)
+        loss = -self.loss_fn(gen_feat[:n], gen_feat[ne:])
+        if img.shape[0]:
+            loss = loss + 2 * self.loss_fn(gen_feat[:n], real_feat)
+        self.last["g_loss"] = loss.data.cpu().item()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return self.last["g_loss"]
+
+
+def _settings() -> dict[str, Any]:
+    s = dict(MNIST)
+    s["q"] = s["batch_size"] / s["records"]
+    return s
+
+
+def _setup(dev: torch.device, seed: int, capturable: bool = False
+           ) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
+    from dpsynth.nets import build_generator
+
+    s = MNIST
+    torch.manual_seed(seed)
+    G = build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28).to(dev)
+    kw: dict[str, Any] = {"capturable": True} if capturable else {}
+    opt = torch.optim.Adam(G.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], **kw)
+    gens = {k: torch.Generator(device=dev).manual_seed(seed * 1000 + i)
+            for i, k in enumerate(("model", "data", "noise"), start=1)}
+    gens["noise_cpu"] = torch.Generator().manual_seed(seed * 1000 + 4)
+    return G, opt, gens
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _interleaved(contenders: dict[str, Callable[[], Any]], steps: int, trials: int, warmup: int,
+                 dev: torch.device) -> dict[str, dict[str, Any]]:
+    """Median steps/s over interleaved trials; each trial runs ``steps`` steps of every contender."""
+    names = list(contenders)
+    for name in names:
+        for _ in range(warmup):
+            contenders[name]()
+        _sync(dev)
+    rates: dict[str, list[float]] = {k: [] for k in names}
+    for t in range(trials):
+        for name in (names if t % 2 == 0 else names[::-1]):
+            _sync(dev)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                contenders[name]()
+            _sync(dev)
+            rates[name].append(steps / (time.perf_counter() - t0))
+    return {k: {"steps_per_s": statistics.median(v), "trials": [round(r, 4) for r in v]} for k, v in rates.items()}
+
+
+def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """MNIST-shaped synthetic records (timing does not depend on pixel values), in [-1, 1]."""
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.integers(0, 256, (records, 1, 28, 28), dtype=np.uint8)).float() / 127.5 - 1.0
+    y = torch.from_numpy(rng.integers(0, 10, records))
+    return x.to(dev), y.to(dev)
+
+
+def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warmup: int = 2,
+                      threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
+                      trainer: bool = True) -> dict[str, Any]:
+    """Run the benchmark and return the results (see module docstring)."""
+    from types import SimpleNamespace
+
+    from dpsynth.methods import dp_sinkhorn
+    from dpsynth.methods.fast_step import FastStep, StepSpec
+    from dpsynth.ot import make_cost
+    from dpsynth.privacy.sanitizers import WholeBatchSanitizer
+
+    if min(steps, trials) < 1 or warmup < 0:
+        raise ConfigError(f"bench: --steps and --trials must be >= 1 and --warmup >= 0, got {steps}, {trials}, {warmup}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DpsynthError("bench: --device cuda but no CUDA device is available")
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"bench: --threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    dev = torch.device(device)
+    s = _settings()
+    s["records"] = records
+    s["q"] = s["batch_size"] / records
+    x_all, y_all = _data(records, dev)
+    n, ne = s["batch_size"], int(math.floor(s["p"] * s["batch_size"] + 1e-9))
+    spec = StepSpec(n=n, n_extra=ne, num_classes=10, alpha_c=s["alpha_c"], eps=s["eps"], n_iter=s["n_iter"],
+                    scaling=s["scaling"], m=0.0, clip=s["clip"], sigma=s["sigma"], q=s["q"])
+
+    G_r, opt_r, gens_r = _setup(dev, 0)
+    ref = ReferenceStep(G_r, opt_r, x_all, y_all, s, gens_r)
+    G_f, opt_f, gens_f = _setup(dev, 0, capturable=dev.type == "cuda")
+    fast = FastStep(G_f, opt_f, x_all, y_all, spec, gens_f)
+    contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast}
+    if trainer:
+        G_t, opt_t, gens_t = _setup(dev, 0)
+        san = WholeBatchSanitizer(s["clip"], s["sigma"], n_private=n, generator=gens_t["noise"])
+        h = SimpleNamespace(alpha_c=s["alpha_c"], temperature=s["eps"], sinkhorn_scaling=s["scaling"])
+        cost = make_cost("sqeuclidean")
+        contenders["trainer"] = lambda: dp_sinkhorn._step(G_t, opt_t, x_all, y_all, n, ne, s["q"], 10, h, cost,
+                                                          s["n_iter"], gens_t, san, None)
+    load_before = os.getloadavg()
+    res = _interleaved(contenders, steps, trials, warmup, dev)
+    fast.check()
+    out: dict[str, Any] = {
+        "device": device, "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
+        or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(), "settings": {k: v for k, v in s.items()}, "steps_per_trial": steps,
+        "trials": trials, "warmup": warmup, "steps": res,
+        "ratio_fast_over_reference": res["fast"]["steps_per_s"] / res["reference"]["steps_per_s"],
+        "reference_settings": "geomloss.SamplesLoss('sinkhorn', p=2, blur=sqrt(eps), scaling=0.5, debias=False, "
+                              "backend='tensorized', cost=||x-y||^2 (published default)), called twice per step; "
+                              "hook sanitizer with .item(); one generator forward of n+n'",
+    }
+    if "trainer" in res:
+        out["ratio_fast_over_trainer"] = res["fast"]["steps_per_s"] / res["trainer"]["steps_per_s"]
+    out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
+    if sweep:
+        out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup)
+    load_after = os.getloadavg()
+    out["loadavg_before"], out["loadavg_after"] = list(load_before), list(load_after)
+    return out
+
+
+def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Tensor, s: dict[str, Any],
+                 steps: int, trials: int, warmup: int) -> dict[str, Any]:
+    from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared, member_setup
+    from dpsynth.methods.fast_step import FastStep
+
+    if k < 1:
+        raise ConfigError(f"bench: --sweep must be >= 1, got {k}")
+    arch = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
+                                        "image_size": 28}}
+    n = s["batch_size"]
+    shared = SweepShared(arch=arch, n=n, n_extra=int(math.floor(s["p"] * n + 1e-9)), q=s["q"], alpha_c=s["alpha_c"],
+                         eps=s["eps"], n_iter=s["n_iter"], scaling=s["scaling"], lr=s["lr"],
+                         weight_decay=s["weight_decay"])
+    members = [SweepMember(seed=i, m=float(i % 2), sigma=s["sigma"], clip=s["clip"]) for i in range(k)]
+    batched = BatchedSweep(shared, members, x_all, y_all)
+    singles = []
+    for mem in members:
+        G, opt, gens = member_setup(shared, mem, dev)
+        singles.append(FastStep(G, opt, x_all, y_all, mem.spec(shared, 10), gens, cuda_graph=False))
+
+    def one_after_another() -> None:
+        for st in singles:
+            st()
+
+    res = _interleaved({"batched": batched.step, "sequential": one_after_another}, steps, trials, warmup, dev)
+    # Each call advances all k configurations by one step: configuration-steps/s = k * calls/s.
+    thr = {name: k * v["steps_per_s"] for name, v in res.items()}
+    return {"configs": k, "config_steps_per_s": thr, "trials": res,
+            "ratio_batched_over_sequential": thr["batched"] / thr["sequential"],
+            "members": [{"seed": m.seed, "m": m.m, "sigma": m.sigma, "clip": m.clip} for m in members]}
+
+
+def run_dp_sinkhorn(args: argparse.Namespace) -> int:
+    out = bench_dp_sinkhorn(args.device, args.steps, args.trials, args.warmup, args.threads, args.sweep,
+                            args.records, trainer=not args.skip_trainer)
+    r = out["steps"]
+    line = ", ".join(f"{k} {v['steps_per_s']:.3f} steps/s" for k, v in r.items())
+    print(f"[{out['device']}, {out['threads']} threads, load {out['loadavg_before'][0]:.2f}] {line}; "
+          f"fast/reference = {out['ratio_fast_over_reference']:.2f}x")
+    if "sweep" in out:
+        sw = out["sweep"]
+        print(f"sweep of {sw['configs']}: batched {sw['config_steps_per_s']['batched']:.3f} vs one-after-another "
+              f"{sw['config_steps_per_s']['sequential']:.3f} config-steps/s = {sw['ratio_batched_over_sequential']:.2f}x")
+    if args.json is not None:
+        write_json(args.json, out)
+    return 0

@@ -1,0 +1,239 @@
+"""Train several DP-Sinkhorn configurations at once on one device (DESIGN 10).
+
+The K members' generator parameters and BatchNorm buffers are stacked along a new leading
+axis; one forward is ``vmap(functional_call(G, ...))`` (PyTorch turns the batched
+convolutions into grouped ones), one stacked Sinkhorn solve serves all K x 2 OT problems,
+and one ``torch.optim.Adam`` steps the stacked tensors -- Adam is elementwise, so that IS
+K independent Adams. What stays per member, so that each member's run is its own run:
+
+* its seed: the same initialisation (``torch.manual_seed(seed)`` then ``build_generator``)
+  and the same three torch.Generators (``seed*1000 + 1/2/3`` for latents+labels, Poisson
+  sampling, sanitizer noise) as ``dp_sinkhorn.train``, each consumed in the trainer's order;
+* its cost mixing weight ``m``, clip ``C`` and noise multiplier ``sigma``: each member's
+  image gradient is clipped as one tensor to its ``C`` and noised from ITS noise generator;
+* its accountant: a :class:`~dpsynth.privacy.report.BudgetGuard` per private member,
+  charged every step and refusing (PrivacyError) before a step past its target.
+
+Shared by construction (one tensor shape): the generator architecture, the batch size and
+semi-debias fraction ``p`` (they fix the generated batch ``n + floor(p n)``), the temperature,
+the Sinkhorn iterations and the optimizer's hyperparameters. A ``p`` grid runs as one batched
+sweep per ``p`` value (:func:`group_members`).
+
+The one-at-a-time reference is :func:`train_one`: the same member trained alone with
+:class:`~dpsynth.methods.fast_step.FastStep` (itself equal to ``dp_sinkhorn.train``'s step,
+see tests/test_fast_step.py). Equality is tested in tests/test_batched_sweep.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from dpsynth.errors import ConfigError
+from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, _SanState, pair_loss
+from dpsynth.nets import build_generator
+from dpsynth.privacy.report import BudgetGuard
+
+__all__ = ["SweepShared", "SweepMember", "BatchedSweep", "member_setup", "train_one", "group_members"]
+
+
+@dataclass(frozen=True)
+class SweepShared:
+    """What every member of one batched sweep has in common (see module docstring)."""
+
+    arch: dict[str, Any]  # {"name": ..., "kwargs": {...}} as dp_sinkhorn.generator_arch returns
+    n: int
+    n_extra: int
+    q: float
+    alpha_c: float = 15.0
+    eps: float = 0.05
+    n_iter: int = 30
+    scaling: float | None = 0.5
+    lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    delta: float = 1e-5
+    target_epsilon: float | None = None  # None: no budget guard (benchmarks)
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True)
+class SweepMember:
+    """One configuration: its seed, cost mixing weight, clip and noise (sigma None: non-private)."""
+
+    seed: int
+    m: float = 0.0
+    sigma: float | None = 1.1
+    clip: float = 0.5
+    name: str = field(default="")
+
+    def spec(self, shared: SweepShared, num_classes: int | None) -> StepSpec:
+        return StepSpec(n=shared.n, n_extra=shared.n_extra, num_classes=num_classes, alpha_c=shared.alpha_c,
+                        eps=shared.eps, n_iter=shared.n_iter, scaling=shared.scaling, m=self.m, clip=self.clip,
+                        sigma=self.sigma, q=shared.q)
+
+
+def group_members(members: Sequence[tuple[float, SweepMember]]) -> dict[float, list[SweepMember]]:
+    """Split ``(p, member)`` pairs into one batched sweep per semi-debias fraction ``p``."""
+    out: dict[float, list[SweepMember]] = {}
+    for p, mem in members:
+        out.setdefault(float(p), []).append(mem)
+    return out
+
+
+def _gens(seed: int, device: torch.device) -> dict[str, torch.Generator]:
+    """The trainer's three generators (dp_sinkhorn.train: seed*1000 + 1, 2, 3)."""
+    return {k: torch.Generator(device=device).manual_seed(seed * 1000 + i)
+            for i, k in enumerate(("model", "data", "noise"), start=1)}
+
+
+def _guard(shared: SweepShared, mem: SweepMember) -> BudgetGuard | None:
+    if mem.sigma is None or shared.target_epsilon is None:
+        return None
+    return BudgetGuard(mem.sigma, shared.q, shared.delta, shared.target_epsilon, sampling="poisson")
+
+
+def member_setup(shared: SweepShared, mem: SweepMember, device: torch.device
+                 ) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
+    """Generator, Adam and generators exactly as ``dp_sinkhorn.train`` builds them for ``mem.seed``."""
+    torch.manual_seed(mem.seed)
+    G = build_generator(shared.arch["name"], **shared.arch["kwargs"]).to(device=device, dtype=shared.dtype)
+    opt = torch.optim.Adam(G.parameters(), lr=shared.lr, betas=shared.betas, weight_decay=shared.weight_decay)
+    return G, opt, _gens(mem.seed, device)
+
+
+def train_one(shared: SweepShared, mem: SweepMember, x_all: Tensor, y_all: Tensor, steps: int) -> nn.Module:
+    """The one-at-a-time reference: ``mem`` alone, ``steps`` FastSteps (eager), its own guard."""
+    G, opt, gens = member_setup(shared, mem, x_all.device)
+    step = FastStep(G, opt, x_all.to(shared.dtype), y_all, mem.spec(shared, getattr(G, "num_classes", None)), gens,
+                    cuda_graph=False)
+    guard = _guard(shared, mem)
+    for _ in range(steps):
+        if guard is not None:
+            guard.step()
+        step()
+    step.check()
+    return G
+
+
+class _MultiBarrier(torch.autograd.Function):
+    """Identity forward; backward releases member k's slice through member k's sanitizer."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, states: list[_SanState | None]) -> Tensor:  # type: ignore[override]
+        ctx.states = states
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        out = [g if s is None else s.release(g) for g, s in zip(grad.unbind(0), ctx.states)]
+        return torch.stack(out), None
+
+
+class BatchedSweep:
+    """K members trained in lock-step with stacked parameters (one forward/solve/backward/Adam)."""
+
+    def __init__(self, shared: SweepShared, members: Sequence[SweepMember], x_all: Tensor, y_all: Tensor) -> None:
+        if not members:
+            raise ConfigError("BatchedSweep needs at least one member")
+        self.shared, self.members = shared, list(members)
+        self.x_all, self.y_all, self.device = x_all.to(shared.dtype), y_all, x_all.device
+        models, self.gens = [], []
+        for mem in self.members:
+            G, _, gens = member_setup(shared, mem, self.device)
+            models.append(G)
+            self.gens.append(gens)
+        self.template = models[0]
+        self.num_classes = getattr(self.template, "num_classes", None)
+        params, buffers = stack_module_state(models)
+        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
+        self.opt = torch.optim.Adam(list(self.params.values()), lr=shared.lr, betas=shared.betas,
+                                    weight_decay=shared.weight_decay)
+        self._meta = copy.deepcopy(self.template).to("meta")
+        self.states: list[_SanState | None] = [
+            None if mem.sigma is None else _SanState(mem.clip, mem.sigma, shared.n, g["noise"], self.device)
+            for mem, g in zip(self.members, self.gens)]
+        self.guards = [_guard(shared, mem) for mem in self.members]
+        self.m = torch.tensor([mem.m for mem in self.members], dtype=shared.dtype, device=self.device)
+        self.steps = 0
+
+    def _forward(self, z: Tensor, labels: Tensor | None) -> Tensor:
+        def one(p: dict[str, Tensor], b: dict[str, Tensor], zz: Tensor, ll: Tensor | None) -> Tensor:
+            return functional_call(self._meta, (p, b), (zz, ll))
+
+        if labels is None:
+            return vmap(lambda p, b, zz: one(p, b, zz, None))(self.params, self.buffers, z)
+        return vmap(one)(self.params, self.buffers, z, labels)
+
+    def step(self) -> Tensor:
+        """One step of every member; returns the K losses (device tensor, no host sync)."""
+        from dpsynth.methods.dp_sinkhorn import _poisson_batch
+
+        sh = self.shared
+        for guard in self.guards:  # every member's accountant, before anything is released
+            if guard is not None:
+                guard.step()
+        batches = [_poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
+        size = max(b[0].shape[0] for b in batches)
+        xs = torch.zeros((len(batches), size, *self.x_all.shape[1:]), dtype=sh.dtype, device=self.device)
+        ys = torch.zeros((len(batches), size), dtype=self.y_all.dtype, device=self.device)
+        w = torch.zeros((len(batches), size), dtype=sh.dtype, device=self.device)
+        for i, (bx, by, bw, _) in enumerate(batches):
+            xs[i, : bx.shape[0]], ys[i, : by.shape[0]], w[i, : bw.shape[0]] = bx, by, bw
+        total = sh.n + sh.n_extra
+        z = torch.stack([self.template.sample_latent(total, g["model"]) for g in self.gens])
+        labels = None
+        if self.num_classes is not None:
+            labels = torch.stack([self.template.sample_labels(total, g["model"]) for g in self.gens])
+        # The trainer draws the latents then the labels from one generator per step; so do we.
+        imgs = self._forward(z, labels)
+        imgs = _MultiBarrier.apply(imgs, self.states)
+        nc = self.num_classes
+        xg = torch.stack([_embed(imgs[i], None if labels is None else labels[i], nc, sh.alpha_c)
+                          for i in range(len(self.members))])
+        yr = torch.stack([_embed(xs[i], None if nc is None else ys[i], nc, sh.alpha_c)
+                          for i in range(len(self.members))])
+        losses = pair_loss(xg[:, : sh.n], xg[:, sh.n_extra: sh.n + sh.n_extra], yr, w, eps=sh.eps,
+                           n_iter=sh.n_iter, scaling=sh.scaling, m=self.m)
+        self.opt.zero_grad(set_to_none=False)
+        losses.sum().backward()  # members share no parameter: each gets its own gradient
+        if self.device.type == "cpu":
+            self.check()
+        self.opt.step()
+        self.steps += 1
+        return losses.detach()
+
+    def check(self) -> None:
+        from dpsynth.errors import PrivacyError
+
+        for mem, st in zip(self.members, self.states):
+            if st is not None and bool(st.bad):
+                raise PrivacyError(f"sweep member {mem.name or mem.seed}: non-finite image gradient; refusing")
+
+    def generator(self, i: int) -> nn.Module:
+        """Member ``i``'s generator as a plain module (trained weights and BN statistics)."""
+        G = copy.deepcopy(self.template)
+        sd = {k: v[i].detach().clone() for k, v in {**self.params, **self.buffers}.items()}
+        G.load_state_dict(sd)
+        return G
+
+    def epsilons(self) -> list[float]:
+        """Each member's spent epsilon (math.inf for non-private members)."""
+        from dpsynth.privacy import accounting as acc
+
+        out = []
+        for mem, guard in zip(self.members, self.guards):
+            if mem.sigma is None:
+                out.append(math.inf)
+            else:
+                out.append(acc.epsilon(mem.sigma, self.shared.q, self.steps, self.shared.delta,
+                                       sampling="poisson")["rdp_classic"] if self.steps else 0.0)
+        return out

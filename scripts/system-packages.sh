@@ -3,7 +3,7 @@
 # otherwise we say what is missing and carry on (the tests that need them skip with a reason,
 # except under CI, where they must be present).
 set -euo pipefail
-PACKAGES=(dataset-fashion-mnist)
+PACKAGES=(dataset-fashion-mnist slurm-wlm munge)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

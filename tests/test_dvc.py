@@ -1,0 +1,173 @@
+"""DVC at the smoke scale in temporary git repositories (offline, no remote).
+
+- `dvc repro` runs the pipeline; `dvc status` is then clean.
+- `dvc exp run -S <sweep key>` trains a variant; `dvc exp show` lists it with its params/metrics.
+- Data, generators and synthetic sets are cached: going back to the old params.yaml restores the
+  old results (`dvc checkout`), and a params.yaml that was run before is reproduced from the run
+  cache without retraining.
+- After a Snakemake run, `dvc commit --force` records its outputs, so `dvc status` is clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import FASHION_DIR, require, venv_bin
+from tests.test_workflow_sync import copy_workflow, smoke_patch
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+
+EXP = "dps_fmnist"
+GEN = Path(f"models/{EXP}/generator.pt")
+SYNTH = Path(f"data/synthetic/{EXP}")
+SWEEP_KEY = f"experiments.{EXP}.hparams.m"  # the L1 weight m of the p x m sweeps (NeurIPS Table 5)
+# Not outputs of any stage: the resume checkpoint and Snakemake's bookkeeping stay out of git.
+GITIGNORE = "checkpoint.pt\n/logs/\n/.snakemake/\n"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(venv_bin("python")).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def sh(cwd: Path, *cmd: str, timeout: float = 1200) -> str:
+    """Run a command, demand success, return stdout + stderr (DVC reports stages on both)."""
+    res = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{out[-5000:]}"
+    return out
+
+
+def dvc(cwd: Path, *args: str, timeout: float = 1200) -> str:
+    return sh(cwd, venv_bin("dvc"), *args, timeout=timeout)
+
+
+def git_commit(cwd: Path, message: str) -> None:
+    sh(cwd, "git", "add", "-A")
+    sh(cwd, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", message)
+
+
+def assert_clean(cwd: Path) -> None:
+    status = dvc(cwd, "status")
+    assert "Data and pipelines are up to date" in status, status
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def weights(d: Path) -> dict[str, torch.Tensor]:
+    return torch.load(d / GEN, weights_only=True)["state_dict"]
+
+
+def edit_params(d: Path, change: Callable[[dict], None]) -> None:
+    p = yaml.safe_load((d / "params.yaml").read_text())
+    change(p)
+    (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+@dataclass
+class Repos:
+    dvc: Path  # pipeline run by `dvc repro`, committed to git
+    snakemake: Path  # pipeline run by `snakemake`, nothing recorded in DVC yet
+    dvc_weights: dict[str, torch.Tensor]  # the generator `dvc repro` trained
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory) -> Repos:
+    """Both runs start together: on a shared 2-core machine they overlap each other's waits."""
+    require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
+    base = tmp_path_factory.mktemp("dvc")
+    r = Repos(copy_workflow(base / "dvc", smoke_patch), copy_workflow(base / "snakemake", smoke_patch), {})
+    for d in (r.dvc, r.snakemake):
+        (d / ".gitignore").write_text(GITIGNORE)
+    procs = [subprocess.Popen(cmd, cwd=d, env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for d, cmd in ((r.dvc, [venv_bin("dvc"), "repro"]), (r.snakemake, [venv_bin("snakemake"), "--cores", "2"]))]
+    try:
+        outs = [p.communicate(timeout=1500)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, f"{' '.join(p.args)} failed:\n{out[-5000:]}"
+    assert f"Running stage 'train@{EXP}'" in outs[0]
+    r.dvc_weights = weights(r.dvc)
+    return r
+
+
+def _back_to_baseline(d: Path) -> None:
+    """The committed params.yaml and dvc.lock, and the outputs they record (from the cache)."""
+    sh(d, "git", "checkout", "--", ".")
+    dvc(d, "checkout", "--force")
+
+
+def test_repro_status_experiment_and_cache(repos):
+    d = repos.dvc
+    assert_clean(d)
+    assert "Data and pipelines are up to date" in dvc(d, "repro")  # nothing re-runs
+    git_commit(d, "baseline")
+    base_gen, base_w = digest(d / GEN), weights(d)
+    base_synth = {f.name: digest(f) for f in (d / SYNTH).iterdir()}
+
+    # An experiment on a sweep key: only the stages that depend on it run.
+    out = dvc(d, "exp", "run", "-S", f"{SWEEP_KEY}=1.0")
+    assert f"Running stage 'train@{EXP}'" in out and "Ran experiment(s)" in out, out[-3000:]
+    assert "Stage 'prepare_data@fashion_mnist' didn't change" in out
+    exp_gen, exp_w = digest(d / GEN), weights(d)
+    assert any(not torch.equal(base_w[k], exp_w[k]) for k in base_w), \
+        "the experiment (m=1.0) released the baseline's weights: training resumed a stale checkpoint"
+    summary = json.loads((d / f"models/{EXP}/train_summary.json").read_text())
+    assert summary["steps_per_s_this_run"] > 0, f"the experiment trained no step: {summary}"
+    assert_clean(d)
+
+    shown = json.loads(dvc(d, "exp", "show", "--json"))
+    exps = [rev for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
+    assert len(exps) == 1, shown
+    data = exps[0]["data"]
+    assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
+    assert f"results/{EXP}/metrics.json" in data["metrics"]
+
+    # The old params.yaml: its results come back from the cache.
+    _back_to_baseline(d)
+    assert digest(d / GEN) == base_gen
+    assert {f.name: digest(f) for f in (d / SYNTH).iterdir()} == base_synth
+    assert_clean(d)
+
+    # A params.yaml that ran before (m=1.0, edited by hand): the run cache restores its results.
+    edit_params(d, lambda p: p["experiments"][EXP]["hparams"].__setitem__("m", 1.0))
+    out = dvc(d, "repro")
+    assert f"Stage 'train@{EXP}' is cached - skipping run" in out, out[-3000:]
+    assert f"Running stage 'train@{EXP}'" not in out and f"Running stage 'sample@{EXP}'" not in out
+    assert digest(d / GEN) == exp_gen
+    assert_clean(d)
+
+
+def test_dvc_commit_records_a_snakemake_run(repos):
+    """`dvc commit --force` after `snakemake`: one command, then DVC sees a clean pipeline
+    (dvc.lock written from the outputs Snakemake made) and has nothing to reproduce."""
+    d = repos.snakemake
+    assert not (d / "dvc.lock").exists()
+    assert "Data and pipelines are up to date" not in dvc(d, "status")
+    dvc(d, "commit", "--force")
+    assert_clean(d)
+    assert "Data and pipelines are up to date" in dvc(d, "repro")
+    lock = yaml.safe_load((d / "dvc.lock").read_text())
+    train = lock["stages"][f"train@{EXP}"]
+    recorded = {o["path"]: o["md5"] for o in train["outs"]}
+    assert recorded[str(GEN)] == hashlib.md5((d / GEN).read_bytes()).hexdigest()
+    # Snakemake and DVC made the same generator from the same params.yaml.
+    w = weights(d)
+    assert w.keys() == repos.dvc_weights.keys() and all(torch.equal(w[k], repos.dvc_weights[k]) for k in w)

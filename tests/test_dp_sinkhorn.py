@@ -151,6 +151,14 @@ def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanit
     assert sa.keys() == sb.keys()
     for k in sa:
         assert torch.equal(sa[k], sb[k]), f"{k} differs after resume"
+    assert a.generator_path.read_bytes() == b.generator_path.read_bytes()  # reproducible bytes, not just weights
+    def rows(path):  # the log of a resumed run equals the uninterrupted one's, timings aside
+        import csv
+
+        with open(path, newline="") as fh:
+            return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in csv.DictReader(fh)]
+
+    assert rows(a.log_path) == rows(b.log_path) and len(rows(a.log_path)) > 0
     ra, rb = json.loads(a.privacy_path.read_text()), json.loads(b.privacy_path.read_text())
     assert ra["epsilon"] == rb["epsilon"] and ra["steps"] == rb["steps"] == 10
     if adversarial:  # the feature extractors and their optimizers resume exactly too
@@ -162,6 +170,22 @@ def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanit
     # a finished run is not retrained
     again = dp_sinkhorn.train(b)
     assert again.get("already_done")
+
+
+def test_changed_configuration_never_resumes_a_stale_checkpoint(digits28, tmp_path, capsys):
+    """A finished run's checkpoint must not be reused after a hyperparameter change (it would
+    release the old weights under the new configuration): the run starts over."""
+    kw = dict(privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1}, steps=4, batch_size=10)
+    a = make_ctx(tmp_path / "m", digits28, lr=1e-3, **kw)
+    dp_sinkhorn.train(a)
+    first = torch.load(a.generator_path, weights_only=True)["state_dict"]
+    b = make_ctx(tmp_path / "m", digits28, lr=2e-3, m=1.0, **kw)
+    summary = dp_sinkhorn.train(b)
+    assert summary["finished"] and not summary.get("already_done") and summary["steps"] == 4
+    assert "different configuration" in capsys.readouterr().err
+    second = torch.load(b.generator_path, weights_only=True)["state_dict"]
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+    assert json.loads(b.privacy_path.read_text())["extra"]["m"] == 1.0
 
 
 def test_adversarial_variant_accounts_fixed_size_sampling(digits28, tmp_path):

@@ -37,12 +37,13 @@ KILL_DURING_WRITE = textwrap.dedent("""
     import torch
     real_save, calls = torch.save, [0]
     def save(obj, f, *args, **kwargs):
-        if isinstance(f, (str, os.PathLike)) and os.path.basename(str(f)).startswith(".checkpoint.pt."):
+        name = str(f) if isinstance(f, (str, os.PathLike)) else str(getattr(f, "name", ""))
+        if os.path.basename(name).startswith(".checkpoint.pt."):
             calls[0] += 1
             if calls[0] == int(os.environ["KILL_AT_CHECKPOINT"]):
                 buf = io.BytesIO()
                 real_save(obj, buf, *args, **kwargs)
-                with open(f, "wb") as fh:
+                with open(name, "wb") as fh:
                     fh.write(buf.getvalue()[: len(buf.getvalue()) // 2])
                     fh.flush()
                     os.fsync(fh.fileno())

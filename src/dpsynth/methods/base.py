@@ -16,9 +16,12 @@ and each explicit ``torch.Generator``) besides the model/optimizer state and the
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 import random
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -88,8 +91,10 @@ def save_generator(path: Path, module: torch.nn.Module, arch: dict[str, Any], me
         if key not in meta:
             raise ValueError(f"generator meta needs {key!r}")
     state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
-    with atomic_path(path, suffix=".pt") as tmp:
-        torch.save({"format": "dpsynth-generator/1", "arch": arch, "meta": meta, "state_dict": state}, tmp)
+    with atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
+        # Into a handle, not a path: torch names the zip's folder after the (random) temp file name,
+        # which would make identical weights hash differently.
+        torch.save({"format": "dpsynth-generator/1", "arch": arch, "meta": meta, "state_dict": state}, fh)
 
 
 def load_generator(path: Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -129,24 +134,54 @@ def set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator])
         g.set_state(state["generators"][k])
 
 
-class Checkpointer:
-    """Atomic checkpoints: a kill during the write leaves the previous checkpoint intact."""
+def config_fingerprint(ctx: TrainContext) -> str:
+    """Everything a training run's result depends on: the experiment as run at this scale, the
+    privacy plan, the preset, the seed, the CPU threads and the training data itself."""
+    h = hashlib.sha256()
+    h.update(json.dumps({
+        "experiment": ctx.experiment.model_dump(mode="json"), "privacy_plan": ctx.privacy_plan,
+        "preset": ctx.preset.model_dump(mode="json"), "seed": ctx.seed, "threads": torch.get_num_threads(),
+        "x": [list(ctx.data.x_train.shape), str(ctx.data.x_train.dtype)],
+    }, sort_keys=True, default=str).encode())
+    h.update(np.ascontiguousarray(ctx.data.x_train).tobytes())
+    h.update(np.ascontiguousarray(ctx.data.y_train).tobytes())
+    return h.hexdigest()
 
-    def __init__(self, path: Path) -> None:
+
+class Checkpointer:
+    """Atomic checkpoints: a kill during the write leaves the previous checkpoint intact.
+
+    A checkpoint is tied to a configuration ``fingerprint``: one written under another
+    configuration (a changed hyperparameter, scale, seed or dataset) is discarded with a note,
+    never resumed -- resuming it would release stale weights under new labels. When ``log`` is
+    set, its rows travel in the checkpoint, so a resume rebuilds the CSV log even if a workflow
+    manager deleted the file after the failure."""
+
+    def __init__(self, path: Path, fingerprint: str | None = None) -> None:
         self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.log: TrainLog | None = None
 
     def save(self, state: dict[str, Any]) -> None:
-        with atomic_path(self.path, suffix=".pt") as tmp:
-            torch.save(state, tmp)
+        state = {**state, "fingerprint": self.fingerprint,
+                 "log_rows": self.log.snapshot() if self.log is not None else None}
+        with atomic_path(self.path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
+            torch.save(state, fh)
 
     def load(self) -> dict[str, Any] | None:
         if not self.path.is_file():
             return None
         try:
             # RNG states (numpy tuples, python's state) need full unpickling; the file is our own.
-            return torch.load(self.path, map_location="cpu", weights_only=False)
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
         except Exception as exc:
             raise DpsynthError(f"{self.path}: unreadable checkpoint ({exc}); delete it to restart") from None
+        if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
+            print(f"dpsynth: {self.path} was written under a different configuration; starting over",
+                  file=sys.stderr)
+            self.remove()
+            return None
+        return state
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -156,25 +191,34 @@ class Checkpointer:
 
 
 class TrainLog:
-    """CSV log, one row per logged step. On resume, rows past the checkpoint are dropped so
-    the log of a resumed run equals that of an uninterrupted one."""
+    """CSV log, one row per logged step. On resume the rows up to the checkpoint are restored
+    (from the checkpoint itself when it carries them, else from the file), so the log of a resumed
+    run equals that of an uninterrupted one."""
 
-    def __init__(self, path: Path, fields: list[str], resume_step: int | None) -> None:
+    def __init__(self, path: Path, fields: list[str], resume_step: int | None,
+                 rows: list[dict[str, str]] | None = None) -> None:
         self.path, self.fields = Path(path), ["step", *fields]
-        rows: list[dict[str, str]] = []
-        if resume_step is not None and self.path.is_file():
-            with open(self.path, newline="", encoding="utf-8") as fh:
-                rows = [r for r in csv.DictReader(fh) if int(r["step"]) <= resume_step]
+        self.rows: list[dict[str, Any]] = []
+        if resume_step is not None:
+            if rows is None and self.path.is_file():
+                with open(self.path, newline="", encoding="utf-8") as fh:
+                    rows = list(csv.DictReader(fh))
+            self.rows = [r for r in (rows or []) if int(r["step"]) <= resume_step]
         with atomic_path(self.path, suffix=".csv") as tmp:
             with open(tmp, "w", newline="", encoding="utf-8") as fh:
                 w = csv.DictWriter(fh, fieldnames=self.fields)
                 w.writeheader()
-                w.writerows(rows)
+                w.writerows(self.rows)
         self._fh = open(self.path, "a", newline="", encoding="utf-8")
         self._w = csv.DictWriter(self._fh, fieldnames=self.fields)
 
     def write(self, step: int, **values: float) -> None:
-        self._w.writerow({"step": step, **{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in values.items()}})
+        row = {"step": step, **{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in values.items()}}
+        self.rows.append(row)
+        self._w.writerow(row)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.rows]
 
     def flush(self) -> None:
         self._fh.flush()

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
+    config_fingerprint,
     checkpoint_if_due,
     TrainContext,
     TrainLog,
@@ -210,7 +211,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"],
                         sampling=sampling) if private else None
 
-    ckpt = Checkpointer(ctx.checkpoint_path)
+    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     step = 0
     if state is not None:
@@ -232,7 +233,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
             return {"experiment": ctx.name, "steps": step, "resumed": True, "already_done": True, "sigma": sigma}
 
-    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None)
+    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
+                   rows=state.get("log_rows") if state is not None else None)
+    ckpt.log = log
 
     def save_checkpoint(done: bool = False) -> None:
         ckpt.save({"step": step, "total_steps": total_steps, "sigma": sigma, "arch": arch, "done": done,

@@ -41,6 +41,7 @@ from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
+    config_fingerprint,
     checkpoint_if_due,
     TrainContext,
     TrainLog,
@@ -362,7 +363,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     if x.ndim != 2 or x.shape[1] != int(np.prod(record_shape)):
         raise DataError(f"{ctx.name}: expected privatized float records (N, {int(np.prod(record_shape))}), got "
                         f"{x.shape} -- run `dpsynth privatize {ctx.name}` first")
-    ckpt = Checkpointer(ctx.checkpoint_path)
+    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     if state is not None and state.get("done") and ctx.generator_path.is_file():
         return dict(state["summary"], already_done=True)
@@ -379,7 +380,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                                "delete it to restart")
         trainer.load_state_dict(state)
         start = int(state["step"])
-    log = TrainLog(ctx.log_path, ["loss"], resume_step=start if state is not None else None)
+    log = TrainLog(ctx.log_path, ["loss"], resume_step=start if state is not None else None,
+                   rows=state.get("log_rows") if state is not None else None)
+    ckpt.log = log
     log_every = max(1, total // 200)
 
     def save(step: int, done: bool, summary: dict[str, Any] | None = None) -> None:

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
+    config_fingerprint,
     checkpoint_if_due,
     TrainContext,
     TrainLog,
@@ -211,7 +212,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
             for i, name in enumerate(("pick", "data", "noise"), start=11)}
     sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None
 
-    ckpt = Checkpointer(ctx.checkpoint_path)
+    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     step = 0
     config_key = {"total_steps": total_steps, "sigma": sigma, "arch": arch, "settings": settings}
@@ -230,7 +231,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         if guard is not None:
             guard = BudgetGuard.from_state_dict(state["guard"])
 
-    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None)
+    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
+                   rows=state.get("log_rows") if state is not None else None)
+    ckpt.log = log
 
     def save_checkpoint(done: bool = False) -> None:
         ckpt.save({"step": step, "config": config_key, "done": done, "generator": G.state_dict(),

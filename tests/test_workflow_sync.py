@@ -188,6 +188,7 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
         m = json.loads((d / "results/dps_fmnist/metrics.json").read_text())
         assert m["scale"] == "smoke" and set(m["classifiers"]) == {"logreg", "mlp", "cnn"}
         assert m["privacy"]["epsilon"]["rdp_classic"] <= 10.0
+        assert m["train"]["scale_overrides"]["lr"] == {"paper": 1e-5, "this_scale": 1e-3}  # recorded, not silent
         assert m["fid"]["available"] in (True, False) and (m["fid"]["fid"] is None) != m["fid"]["available"]
         real = json.loads((d / "results/real_fashion_mnist/metrics.json").read_text())
         assert real["classifiers"]["logreg"]["mean"] > 0.7

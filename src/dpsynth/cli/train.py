@@ -53,7 +53,7 @@ def build_context(args: argparse.Namespace):
     return TrainContext(
         name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
         data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
-        device=device, progress=not args.no_progress,
+        device=device, progress=not args.no_progress, scale_overrides=overrides,
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
     )
 

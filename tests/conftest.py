@@ -37,3 +37,17 @@ def venv_bin(name: str) -> str:
 def fashion_dir() -> Path:
     require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
     return FASHION_DIR
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():  # type: ignore[no-untyped-def]
+    """One torch and one BLAS thread for a module: on a shared, oversubscribed 2-core CPU two
+    threads ran ~10x slower (OpenMP threads wait on descheduled peers). Results do not depend on it."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(old)

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_limits
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -18,16 +17,7 @@ from dpsynth.evaluate import classifiers as clf
 from dpsynth.evaluate.classifiers import fit_classifier, score_classifier, train_and_score
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """The CI/dev CPU is shared and oversubscribed; 2 torch threads there ran ~10x slower
-    than 1 (OpenMP threads wait on descheduled peers). Same for BLAS (sklearn, eigh).
-    Results do not depend on it."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_limits
 from sklearn.datasets import load_digits
 from torch import nn
 from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
@@ -25,16 +24,7 @@ from dpsynth.evaluate import fid as fidmod
 from dpsynth.evaluate.fid import FidStatistics, InceptionFeatures, compute_fid, download_weights, resolve_weights
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """The CI/dev CPU is shared and oversubscribed; 2 torch threads there ran ~10x slower
-    than 1 (OpenMP threads wait on descheduled peers). Same for BLAS (sklearn, eigh).
-    Results do not depend on it."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class _Untrained(FeatureExtractorInceptionV3):

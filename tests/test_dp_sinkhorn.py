@@ -227,8 +227,8 @@ def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: Dataset(d.name, d.x_train, d.y_train + 5, d.x_test, d.y_test, 10), "labels must lie in"),
-    (lambda d: Dataset(d.name, d.x_train[:, :, :20], d.y_train, d.x_test, d.y_test, 10), "28x28 and 32x32"),
+    (lambda d: Dataset(d.name, d.x_train, d.y_train + 5, d.x_test, d.y_test, 10), "labels outside"),
+    (lambda d: Dataset(d.name, d.x_train[:, :, :20], d.y_train, d.x_test[:, :, :20], d.y_test, 10), "28x28 and 32x32"),
     (lambda d: Dataset(d.name, d.x_train.astype(np.float32), d.y_train, d.x_test, d.y_test, 10), "uint8"),
     (lambda d: Dataset(d.name, d.x_train[:0], d.y_train[:0], d.x_test, d.y_test, 10), "empty"),
     (lambda d: Dataset(d.name, d.x_train[:5], d.y_train[:5], d.x_test, d.y_test, 10), "larger than the dataset"),

@@ -40,10 +40,9 @@ def build_context(args: argparse.Namespace):
         raise DpsynthError(f"{path}: privatized data not found (run `dpsynth privatize {args.experiment}`)")
     full = load_processed(path)
     idx = subset_indices(len(full.x_train), params.preset.train_subset, seed)
-    data = full if idx is None else Dataset(full.name, full.x_train[idx], full.y_train[idx],
-                                            full.x_test[:0], full.y_test[:0], full.num_classes)
+    x, y = (full.x_train, full.y_train) if idx is None else (full.x_train[idx], full.y_train[idx])
     # The trainer never sees the test split: it is for the evaluation stage only.
-    data = Dataset(data.name, data.x_train, data.y_train, data.x_test[:0], data.y_test[:0], data.num_classes)
+    data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
@@ -39,7 +40,7 @@ from dpsynth.methods.base import (
 from dpsynth.nets import build_generator
 from dpsynth.ot import FeatureAugmentedCost, embed_with_labels, entropic_ot, make_cost, num_extra
 from dpsynth.privacy import accounting as acc
-from dpsynth.privacy.report import BudgetGuard, PrivacyReport
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report
 from dpsynth.privacy.sanitizers import ParamGradSanitizer, WholeBatchSanitizer
 
 #: DP-Sinkhorn's default Sinkhorn iterations per solve (annealed from the largest cost down
@@ -52,27 +53,16 @@ LOG_FIELDS = ["loss", "real_batch", "clean_norm", "noise_norm", "epsilon", "step
 
 
 def validate_data(ctx: TrainContext) -> None:
-    """Clear errors before any training: wrong shape/range, empty data, bad labels, batch > N."""
+    """Clear errors before any training: the data layer's checks (dtype, shape, empty data, labels),
+    then what this method needs (a generator for the image size, batch <= N)."""
     d, h = ctx.data, ctx.experiment.hparams
-    x, y = d.x_train, d.y_train
-    if x.ndim == 4:
-        if x.dtype != np.uint8:
-            raise DataError(f"{ctx.name}: images must be uint8 (N, C, H, W), got {x.dtype}")
-        if x.shape[2:] not in ((28, 28), (32, 32)):
-            raise DataError(f"{ctx.name}: generators exist for 28x28 and 32x32 images, got {x.shape[2:]}")
-    elif x.ndim == 2:
-        if not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
-            raise DataError(f"{ctx.name}: point-cloud records must be finite floats, got {x.dtype}")
-    else:
-        raise DataError(f"{ctx.name}: records must be images (N, C, H, W) or points (N, D), got shape {x.shape}")
-    if x.shape[0] == 0:
-        raise DataError(f"{ctx.name}: the private training set is empty")
-    if y.shape != (x.shape[0],):
-        raise DataError(f"{ctx.name}: {y.shape[0]} labels for {x.shape[0]} records")
-    if y.min() < 0 or y.max() >= d.num_classes:
-        raise DataError(f"{ctx.name}: labels must lie in [0, {d.num_classes}), got [{y.min()}, {y.max()}]")
-    if h.batch_size > x.shape[0]:
-        raise DataError(f"{ctx.name}: batch_size {h.batch_size} is larger than the dataset ({x.shape[0]} records)")
+    validate_arrays(ctx.name, {"x_train": d.x_train, "y_train": d.y_train, "x_test": d.x_test,
+                               "y_test": d.y_test}, d.num_classes, f"{ctx.name} (training data)")
+    if d.x_train.ndim == 4 and d.x_train.shape[2:] not in ((28, 28), (32, 32)):
+        raise DataError(f"{ctx.name}: generators exist for 28x28 and 32x32 images, got {d.x_train.shape[2:]}")
+    if h.batch_size > d.x_train.shape[0]:
+        raise DataError(f"{ctx.name}: batch_size {h.batch_size} is larger than the dataset "
+                        f"({d.x_train.shape[0]} records)")
 
 
 def generator_arch(ctx: TrainContext) -> dict[str, Any]:
@@ -157,12 +147,9 @@ def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: fl
             "param": "dp_sinkhorn parameter-gradient (grad_theta ablation)"}[h.sanitizer]
     if h.adversarial:
         mech += ", adversarial features; one of k fixed partitions per step (Wang et al. 2019, replace-one)"
-    eps = acc.epsilon(sigma, q, steps_done, plan["delta"], sampling=sampling)
-    return PrivacyReport(mechanism=mech, sigma=sigma, delta=plan["delta"],
-                         epsilon={k: v for k, v in eps.items() if not k.endswith("order")}, headline="rdp_classic",
-                         steps=steps_done, q=q, sampling=sampling, dataset_size=n, batch_size=h.batch_size,
-                         clip=h.clip if h.sanitizer == "image" else 1.0, target_epsilon=plan["epsilon"],
-                         extra=extra)
+    return dp_sgd_report(mechanism=mech, sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps_done,
+                         delta=plan["delta"], sampling=sampling, q=q, clip=h.clip if h.sanitizer == "image" else 1.0,
+                         target_epsilon=plan["epsilon"], extra=extra)
 
 
 def train(ctx: TrainContext) -> dict[str, Any]:
@@ -215,9 +202,6 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     state = ckpt.load()
     step = 0
     if state is not None:
-        if state["total_steps"] != total_steps or state["sigma"] != sigma or state["arch"] != arch:
-            raise DpsynthError(f"{ctx.checkpoint_path}: checkpoint belongs to a different configuration "
-                               f"(steps/sigma/architecture changed); delete it to start over")
         G.load_state_dict(state["generator"])
         opt.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"], gens)

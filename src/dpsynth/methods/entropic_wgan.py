@@ -375,9 +375,6 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     trainer = EWGANTrainer(gen, records, spec, hp, ctx.seed)
     start = 0
     if state is not None:
-        if state.get("spec") != asdict(spec) or state.get("total_steps") != total or state.get("arch") != arch:
-            raise DpsynthError(f"{ctx.checkpoint_path}: checkpoint was written by a different configuration; "
-                               "delete it to restart")
         trainer.load_state_dict(state)
         start = int(state["step"])
     log = TrainLog(ctx.log_path, ["loss"], resume_step=start if state is not None else None,

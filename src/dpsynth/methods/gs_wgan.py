@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from dpsynth.errors import ConfigError, DataError, DpsynthError
+from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.base import (
     Checkpointer,
     config_fingerprint,
@@ -215,11 +215,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     step = 0
-    config_key = {"total_steps": total_steps, "sigma": sigma, "arch": arch, "settings": settings}
     if state is not None:
-        if state["config"] != config_key:
-            raise DpsynthError(f"{ctx.checkpoint_path}: checkpoint belongs to a different configuration "
-                               "(steps/sigma/architecture/warm start changed); delete it to start over")
         step = state["step"]
         if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
             return {"experiment": ctx.name, "steps": step, "already_done": True, "sigma": sigma}
@@ -236,7 +232,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     ckpt.log = log
 
     def save_checkpoint(done: bool = False) -> None:
-        ckpt.save({"step": step, "config": config_key, "done": done, "generator": G.state_dict(),
+        ckpt.save({"step": step, "done": done, "generator": G.state_dict(),
                    "generator_ema": G_ema.state_dict(), "optimizer": opt.state_dict(),
                    "critics": bank.state_dict(), "rng": rng_state(gens),
                    "guard": guard.state_dict() if guard is not None else None})

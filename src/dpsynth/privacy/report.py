@@ -101,16 +101,21 @@ def dp_sgd_report(
     clip: float | None = None,
     target_epsilon: float | None = None,
     pld: bool = False,
+    q: float | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> PrivacyReport:
-    """Report for a subsampled-Gaussian training run (DP-Sinkhorn and its variants)."""
+    """Report for a subsampled-Gaussian training run (DP-Sinkhorn and its variants).
+
+    ``q`` defaults to batch_size / dataset_size; a scheme that samples something else per step
+    (one of k fixed partitions: q = 1/k) passes its own rate."""
     if dataset_size < 1 or not 1 <= batch_size <= dataset_size:
         raise PrivacyError(f"need 1 <= batch_size ({batch_size}) <= dataset_size ({dataset_size})")
-    q = batch_size / dataset_size
+    q = batch_size / dataset_size if q is None else q
     eps = acc.epsilon(sigma, q, steps, delta, sampling=sampling, pld=pld)
     return PrivacyReport(
         mechanism=mechanism, sigma=sigma, delta=delta, epsilon=_flatten(eps), headline="rdp_classic",
         steps=steps, q=q, sampling=sampling, dataset_size=dataset_size, batch_size=batch_size,
-        clip=clip, target_epsilon=target_epsilon,
+        clip=clip, target_epsilon=target_epsilon, extra=dict(extra or {}),
     )
 
 

@@ -22,5 +22,6 @@ rule all:
         "results/figures",
         expand("data/processed/{dataset}.npz", dataset=PARAMS.datasets),
         expand("data/processed/{dataset}.json", dataset=PARAMS.datasets),
-        expand("results/{experiment}/metrics.json", experiment=TARGETS),
-        expand("results/real_{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
+        expand("results/runs/{experiment}/metrics.json", experiment=TARGETS),
+        expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
+        expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),

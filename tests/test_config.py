@@ -132,3 +132,52 @@ def test_scale_overrides_are_validated_and_recorded():
                       hparams={"dp_sinkhorn": {"p": 7}})
     with pytest.raises(ConfigError, match="p"):
         apply_preset(paper.experiments["dps_fmnist"], bad)
+
+
+def _set(raw: dict, dotted: str, value) -> dict:
+    node = raw
+    *head, last = dotted.split(".")
+    for k in head:
+        node = node[k]
+    node[last] = value
+    return raw
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("targets.gswgan_fmnist", {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"},
+     "targets.gswgan_fmnist: a GS-WGAN experiment trains from a warm start"),
+    ("gswgan_targets.gswgan_fmnist.warmstart", "other", "gswgan_targets.gswgan_fmnist.warmstart: must be 'gswgan_fmnist'"),
+    ("gswgan_targets.dps_fmnist", {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"},
+     "gswgan_targets.dps_fmnist: no GS-WGAN experiment"),
+    ("warmstarts", {}, "warmstarts: must list exactly the warm starts"),
+    ("targets.dps_fmnist.warmstart", "gswgan_fmnist", "targets.dps_fmnist.warmstart: only GS-WGAN targets"),
+    ("sweep_targets", ["nope"], "sweep_targets: no sweep named 'nope'"),
+    ("sweep_targets", ["pm_mnist"], "sweep 'pm_mnist' trains on 'mnist', which is not in datasets"),
+    ("w2_noise.mnist", {"noise_levels": [0.5]}, "w2_noise.mnist: dataset 'mnist' is not in datasets"),
+    ("w2_noise.fashion_mnist.noise_levels", [0.5, -1.0], "w2_noise.fashion_mnist.noise_levels.1"),
+    ("w2_noise.fashion_mnist.noise_levels", [], "w2_noise.fashion_mnist.noise_levels"),
+    ("w2_noise.fashion_mnist.losses", ["exact", "l1"], "w2_noise.fashion_mnist.losses.1"),
+])
+def test_pipeline_target_errors_name_the_key(path, value, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(").replace("[", r"\[")):
+        parse_params(_set(shipped(), path, value))
+
+
+def test_pipeline_targets_and_shared_warm_starts():
+    """Sweep cells are targets; a GS-WGAN sigma sweep reuses its base's warm start, a batch-size
+    sweep (which changes the critics) gets its own per cell."""
+    raw = shipped()
+    raw["sweeps"]["gs_sigma"] = {"base": "gswgan_fmnist", "grid": {"sigma": [0.8, 1.2]}}
+    raw["sweeps"]["gs_batch"] = {"base": "gswgan_fmnist", "grid": {"batch_size": [16]}}
+    raw["sweep_targets"] = ["pm_fmnist_quick", "gs_sigma", "gs_batch"]
+    with pytest.raises(ConfigError, match="warmstarts: must list exactly"):
+        parse_params(raw)
+    raw["warmstarts"] = {"gswgan_fmnist": "fashion_mnist", "gs_batch-batch_size16": "fashion_mnist"}
+    params = parse_params(raw)
+    targets = params.pipeline_targets()
+    assert {"dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p0.2-m1", "pm_fmnist_quick-p1.0-m1",
+            "gs_sigma-sigma0.8", "gs_sigma-sigma1.2", "gs_batch-batch_size16"} <= set(targets)
+    assert targets["gs_sigma-sigma0.8"].warmstart == "gswgan_fmnist"
+    assert targets["gs_batch-batch_size16"].warmstart == "gs_batch-batch_size16"
+    assert targets["pm_fmnist_quick-p0.2-m1"].warmstart is None
+    assert targets["pm_fmnist_quick-p0.2-m1"].data == "processed/fashion_mnist"

@@ -138,7 +138,7 @@ def test_repro_status_experiment_and_cache(repos):
     assert len(exps) == 1, shown
     data = exps[0]["data"]
     assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
-    assert f"results/{EXP}/metrics.json" in data["metrics"]
+    assert f"results/runs/{EXP}/metrics.json" in data["metrics"]
 
     # The old params.yaml: its results come back from the cache.
     _back_to_baseline(d)

@@ -48,10 +48,10 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert report == PRIVACY and x.dtype == np.uint8 and x.shape[1:] == (1, 28, 28)
     counts = np.bincount(y, minlength=10)
     assert counts.max() - counts.min() <= 1  # balanced labels
-    assert (workdir / "results/dps_digits/samples.png").stat().st_size > 1000
+    assert (workdir / "results/runs/dps_digits/samples.png").stat().st_size > 1000
     res = run_cli("evaluate", "dps_digits", cwd=workdir)
     assert res.returncode == 0, res.stderr
-    m = json.loads((workdir / "results/dps_digits/metrics.json").read_text())
+    m = json.loads((workdir / "results/runs/dps_digits/metrics.json").read_text())
     assert set(m["classifiers"]) == {"logreg", "mlp"} and m["privacy"] == PRIVACY
     assert m["fid"]["available"] is False and m["fid"]["fid"] is None and "downloading is disabled" in m["fid"]["reason"]
     assert 0.0 <= m["classifiers"]["logreg"]["mean"] <= 1.0 and m["scale"] == "smoke"
@@ -76,7 +76,7 @@ def test_nan_generator_fails_loudly_and_writes_nothing(workdir):
     assert res.returncode == 2 and "NaN" in res.stderr and "Traceback" not in res.stderr
     assert not (workdir / "data/synthetic/dps_digits").exists() or not any((workdir / "data/synthetic/dps_digits").iterdir())
     res = run_cli("evaluate", "dps_digits", cwd=workdir)
-    assert res.returncode == 2 and not (workdir / "results/dps_digits/metrics.json").exists()
+    assert res.returncode == 2 and not (workdir / "results/runs/dps_digits/metrics.json").exists()
 
 
 def test_missing_privacy_report_refuses_to_sample(workdir):

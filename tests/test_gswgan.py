@@ -230,7 +230,7 @@ def test_warmstart_train_resume_bit_identical(workspace: Path, capsys: pytest.Ca
     capsys.readouterr()
     assert cli_main(["warmstart", "gsw", "--params", params, "--out", str(workspace / "m_full"), "--print-path"]) == 0
     ws = Path(capsys.readouterr().out.strip())
-    assert (ws / "critics.pt").is_file() and ws.parent.name == "warmstart"
+    assert ws == workspace / "m_full" / "warmstart" / "gsw" and (ws / "critics.pt").is_file()
     assert json.loads((ws / "warmstart.json").read_text())["settings"]["n_critics"] == 4
     shutil.copytree(ws.parent, workspace / "m_resume" / "warmstart")  # the same artifact for the resumed run
 

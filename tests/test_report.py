@@ -17,6 +17,7 @@ import yaml
 
 from dpsynth.config import parse_params
 from dpsynth.errors import ConfigError, DataError
+from dpsynth.paths import metrics_file, real_metrics_file, samples_png
 from dpsynth.report.published import PUBLISHED_FILE, load_published
 from dpsynth.report.runs import fmt_mean_std
 from dpsynth.report.tables import BuiltTable, build_table, build_tables, check_complete, write_table
@@ -167,7 +168,8 @@ def write_metrics(results: Path, name: str, *, acc: dict[str, tuple[float, float
         m["fid"] = {"available": True, "mean": fid[0], "std": fid[1], "n": 5}
     elif isinstance(fid, str):
         m["fid"] = {"available": False, "fid": None, "reason": fid}
-    path = results / name / "metrics.json"
+    path = (real_metrics_file(results, name.removeprefix("real_")) if name.startswith("real_")
+            else metrics_file(results, name))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(m))
 
@@ -404,7 +406,7 @@ def test_cli_writes_tables_and_figures(tmp_path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.imsave(res / "dps_mnist" / "samples.png", [[0.0, 1.0], [1.0, 0.0]], cmap="gray")
+    plt.imsave(samples_png(res, "dps_mnist"), [[0.0, 1.0], [1.0, 0.0]], cmap="gray")
     assert main(["report", "--params", str(tmp_path / "params.yaml"), "--results", str(res)]) == 0
     tables = {p.name for p in (res / "tables").iterdir()}
     assert {f"{n}.{e}" for n in PROPOSED_TABLES for e in ("md", "csv", "tex")} <= tables

@@ -166,7 +166,7 @@ def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, fashion
             assert pa.pop("generator_sha256") != "" and pb.pop("generator_sha256") != "" and pa == pb
     for rel in ("models/dps_fmnist/privacy.json",):
         assert json.loads((local_dir / rel).read_text()) == json.loads((slurm_dir / rel).read_text())
-    for rel in ("results/dps_fmnist/metrics.json", "results/real_fashion_mnist/metrics.json"):
+    for rel in ("results/runs/dps_fmnist/metrics.json", "results/real/fashion_mnist/metrics.json"):
         m = json.loads((slurm_dir / rel).read_text())
         assert m["scale"] == "smoke" and set(m["classifiers"]) == {"logreg", "mlp", "cnn"}
 

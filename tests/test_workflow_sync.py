@@ -51,16 +51,46 @@ def snakemake_commands(cwd: Path) -> set[str]:
     return cmds
 
 
-def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
-    """rule-like stage name (before '@') -> (outputs, commands without the `dpsynth` prefix)."""
-    code = ("import json; from dvc.repo import Repo; r = Repo('.');"
-            "print(json.dumps([[s.name, [o.def_path for o in s.outs], s.cmd] for s in r.index.stages]))")
+def snakemake_jobs(cwd: Path) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    """(rule, inputs, outputs) of every job of the dry run."""
+    out = run([venv_bin("snakemake"), "-n", "--forceall"], cwd)
+    jobs, cur = [], None
+    for line in out.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
+        if m:
+            cur = {"rule": m.group(1), "input": frozenset(), "output": frozenset()}
+            jobs.append(cur)
+            continue
+        m = re.match(r"^(input|output): (.*)$", line.strip())
+        if m and cur is not None:
+            cur[m.group(1)] = frozenset(x.strip() for x in m.group(2).split(","))
+    return [(j["rule"], j["input"], j["output"]) for j in jobs if j["rule"] != "all"]
+
+
+def _rule_of(group: str, sweeps: list[str]) -> str:
+    """DVC stage group -> Snakemake rule: `train_gswgan` and `train_<sweep target>` are `train`."""
+    for suffix in ["gswgan", *sweeps]:
+        if group.endswith(f"_{suffix}"):
+            return group[: -len(suffix) - 1]
+    return group
+
+
+def dvc_stage_list(cwd: Path) -> list[tuple[str, list[str], list[str], str]]:
+    """(stage name, deps, outs, cmd) of every stage DVC builds from dvc.yaml + params.yaml."""
     import json
 
+    code = ("import json; from dvc.repo import Repo; r = Repo('.');"
+            "print(json.dumps([[s.name, [d.def_path for d in s.deps], [o.def_path for o in s.outs], s.cmd]"
+            " for s in r.index.stages]))")
+    return [tuple(x) for x in json.loads(run([venv_bin("python"), "-c", code], cwd))]
+
+
+def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
+    """Snakemake rule -> (outputs, commands without the `dpsynth` prefix) of the DVC stages."""
+    sweeps = yaml.safe_load((cwd / "params.yaml").read_text()).get("sweep_targets") or []
     stages: dict[str, tuple[set[str], set[str]]] = {}
-    for name, outs, cmd in json.loads(run([venv_bin("python"), "-c", code], cwd)):
-        base = name.split("@")[0]
-        o, c = stages.setdefault(base, (set(), set()))
+    for name, _deps, outs, cmd in dvc_stage_list(cwd):
+        o, c = stages.setdefault(_rule_of(name.split("@")[0], sweeps), (set(), set()))
         o.update(outs)
         c.add(cmd.removeprefix("dpsynth ").strip())
     return stages
@@ -79,7 +109,6 @@ def copy_workflow(dest: Path, params_patch=None) -> Path:
         p = yaml.safe_load((dest / "params.yaml").read_text())
         params_patch(p)
         (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-        _report_deps_patch(p, dest)
     _git_dvc_init(dest)
     return dest
 
@@ -104,29 +133,64 @@ def test_same_stages_outputs_and_commands():
 
 def _two_datasets(p: dict) -> None:
     p["datasets"] = ["digits", "manifold2d_ellipse"]
-    p["targets"], p["privatize"] = {}, {}
+    p["targets"], p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}, {}
+    p["sweep_targets"], p["w2_noise"] = [], {}
     p["evaluation"]["real_datasets"] = []
+    p["tables"]["local_privacy_w2"]["dataset"] = None
 
 
-def test_report_stage_depends_on_every_target():
-    """DVC cannot expand a list of deps from params: the report stage's list is written out and
-    must name exactly the targets' metrics and sample grids and the real-data rows."""
-    from dpsynth.config import load_params
+def test_every_stage_has_the_same_inputs_in_both():
+    """Job by job (matched by outputs), DVC's deps are Snakemake's inputs: the GS-WGAN training
+    needs its warm start, local-DP training its privatized data, the report every run. DVC's
+    code deps (src/...) have no Snakemake counterpart; DVC's report depends on the folders
+    results/runs, results/real and results/w2_noise, whose every file is a Snakemake input."""
+    jobs = {outs: (rule, ins) for rule, ins, outs in snakemake_jobs(REPO)}
+    stages = dvc_stage_list(REPO)
+    assert len(stages) == len(jobs)
+    for name, deps, outs, _cmd in stages:
+        rule, ins = jobs[frozenset(outs)]
+        deps = {d for d in deps if not d.startswith("src/") and d != "params.yaml"}
+        if name == "report":
+            folders = {"results/runs", "results/real", "results/w2_noise"}
+            assert deps == folders
+            assert ins and all(any(i.startswith(f + "/") for f in folders) for i in ins)
+            assert {i for i in ins if i.endswith("metrics.json")} == {
+                o for other, _ in jobs.items() for o in other if o.endswith("metrics.json")}
+        else:
+            assert deps == set(ins), f"{name}: DVC deps {sorted(deps)} vs Snakemake inputs {sorted(ins)}"
 
-    params = load_params(REPO / "params.yaml")
-    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["report"]["deps"]
-    want = {f"results/{t}/{f}" for t in params.targets for f in ("metrics.json", "samples.png")}
-    want |= {f"results/real_{d}/metrics.json" for d in params.evaluation.real_datasets}
-    assert {d for d in dvc if d.startswith("results/")} == want
+
+def test_dvc_report_runs_after_every_run():
+    """The report's folder deps give DVC an edge from every sample, evaluate and W2 stage."""
+    dot = run([venv_bin("dvc"), "dag", "--dot", "report"], REPO)
+    before = {m.group(1) for m in re.finditer(r'"([^"]+)" -> "report"', dot)}
+    want = {n for n, *_ in dvc_stage_list(REPO) if n.split("@")[0].split("_")[0] in ("sample", "evaluate", "w2")}
+    assert want and want <= before, sorted(want - before)
 
 
-def _report_deps_patch(p: dict, d: Path) -> None:
-    dv = yaml.safe_load((d / "dvc.yaml").read_text())
-    deps = ["src/dpsynth/report"]
-    deps += [f"results/{t}/{f}" for t in p["targets"] for f in ("metrics.json", "samples.png")]
-    deps += [f"results/real_{x}/metrics.json" for x in p["evaluation"]["real_datasets"]]
-    dv["stages"]["report"]["deps"] = deps
-    (d / "dvc.yaml").write_text(yaml.safe_dump(dv, sort_keys=False))
+def _p_list(values: list[float]):
+    def patch(p: dict) -> None:
+        p["sweeps"]["pm_fmnist_quick"]["grid"]["p"] = values
+    return patch
+
+
+def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
+    """Adding a value to a targeted sweep's `p` list adds exactly that cell's train, sample and
+    evaluate jobs, in Snakemake (expand) and DVC (matrix) alike; nothing else changes."""
+    base = copy_workflow(tmp_path / "a", _p_list([0.2, 1.0]))
+    more = copy_workflow(tmp_path / "b", _p_list([0.2, 0.5, 1.0]))
+    cell = "pm_fmnist_quick-p0.5-m1"
+    want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
+    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json"}
+    for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
+        a, b = outputs(base), outputs(more)
+        a.pop("all", None), b.pop("all", None)
+        assert set(a) == set(b)
+        added = set().union(*b.values()) - set().union(*a.values())
+        removed = set().union(*a.values()) - set().union(*b.values())
+        assert added == want and not removed
+    dvc_names = {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)}
+    assert dvc_names == {f"{r}_pm_fmnist_quick@0.5-1" for r in ("train", "sample", "evaluate")}
 
 
 def test_changing_datasets_changes_both_dags(tmp_path):
@@ -147,28 +211,41 @@ def test_lint_and_dry_runs_on_shipped_params():
                          timeout=120, env=_env())
     assert out.returncode == 0, out.stdout + out.stderr
     dry = run([venv_bin("snakemake"), "-n", "--forceall"], REPO)
-    for rule in ("prepare_data", "train", "sample", "evaluate", "evaluate_real"):
+    for rule in ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate", "evaluate_real", "w2_noise"):
         assert re.search(rf"^{rule}\s+\d+$", dry, re.M), f"rule {rule} missing from the DAG"
     run([venv_bin("dvc"), "repro", "--dry", "prepare_data"], REPO)
     dag = run([venv_bin("dvc"), "dag", "--md"], REPO)
-    assert "evaluate@dps_fmnist" in dag and "train@dps_fmnist" in dag
+    for stage in ("evaluate@dps_fmnist", "train@dps_fmnist", "warmstart@gswgan_fmnist", "train_gswgan@gswgan_fmnist",
+                  "train_pm_fmnist_quick@0.2-1", "w2_noise@fashion_mnist"):
+        assert stage in dag
 
 
 def smoke_patch(p: dict) -> None:
+    """One DP-Sinkhorn target, one sweep cell, the real-data row and a one-level W2 sweep."""
     p["scale"] = "smoke"
     p["datasets"] = ["fashion_mnist"]
     p["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
-    p["privatize"] = {}
+    p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}
+    p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}
+    p["w2_noise"]["fashion_mnist"]["noise_levels"] = [0.5]
     p["evaluation"]["real_datasets"] = ["fashion_mnist"]
+
+
+def smoke_gswgan_patch(p: dict) -> None:
+    """The smoke pipeline plus GS-WGAN (warm start stage -> training from it)."""
+    smoke_patch(p)
+    p["gswgan_targets"] = {"gswgan_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist",
+                                             "warmstart": "gswgan_fmnist"}}
+    p["warmstarts"] = {"gswgan_fmnist": "fashion_mnist"}
 
 
 @pytest.mark.slow
 def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
     """A real `snakemake` run and a real `dvc repro` (temporary git repo, no remote) of the whole
     smoke pipeline give the same generator and the same synthetic data; DVC is then clean."""
-    sm_dir = copy_workflow(tmp_path / "sm", smoke_patch)
+    sm_dir = copy_workflow(tmp_path / "sm", smoke_gswgan_patch)
     run([venv_bin("snakemake"), "--cores", "2"], sm_dir, timeout=1200)
-    dvc_dir = copy_workflow(tmp_path / "dvc", smoke_patch)
+    dvc_dir = copy_workflow(tmp_path / "dvc", smoke_gswgan_patch)
     run([venv_bin("dvc"), "repro"], dvc_dir, timeout=1200)
     status = run([venv_bin("dvc"), "status"], dvc_dir)
     assert "up to date" in status.lower(), status
@@ -176,19 +253,31 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
     import numpy as np
     import torch
 
-    ga = torch.load(sm_dir / "models/dps_fmnist/generator.pt", weights_only=True)["state_dict"]
-    gb = torch.load(dvc_dir / "models/dps_fmnist/generator.pt", weights_only=True)["state_dict"]
-    assert all(torch.equal(ga[k], gb[k]) for k in ga)
+    for exp in ("dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p1.0-m1"):
+        ga = torch.load(sm_dir / f"models/{exp}/generator.pt", weights_only=True)["state_dict"]
+        gb = torch.load(dvc_dir / f"models/{exp}/generator.pt", weights_only=True)["state_dict"]
+        assert ga.keys() == gb.keys() and all(torch.equal(ga[k], gb[k]) for k in ga), exp
     with np.load(sm_dir / "data/synthetic/dps_fmnist/seed0.npz") as a, \
             np.load(dvc_dir / "data/synthetic/dps_fmnist/seed0.npz") as b:
         assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["y"], b["y"])
     import json
 
     for d in (sm_dir, dvc_dir):
-        m = json.loads((d / "results/dps_fmnist/metrics.json").read_text())
+        m = json.loads((d / "results/runs/dps_fmnist/metrics.json").read_text())
         assert m["scale"] == "smoke" and set(m["classifiers"]) == {"logreg", "mlp", "cnn"}
         assert m["privacy"]["epsilon"]["rdp_classic"] <= 10.0
         assert m["train"]["scale_overrides"]["lr"] == {"paper": 1e-5, "this_scale": 1e-3}  # recorded, not silent
         assert m["fid"]["available"] in (True, False) and (m["fid"]["fid"] is None) != m["fid"]["available"]
-        real = json.loads((d / "results/real_fashion_mnist/metrics.json").read_text())
+        real = json.loads((d / "results/real/fashion_mnist/metrics.json").read_text())
         assert real["classifiers"]["logreg"]["mean"] > 0.7
+        gs = json.loads((d / "results/runs/gswgan_fmnist/metrics.json").read_text())
+        assert gs["method"] == "gs_wgan" and gs["privacy"]["headline"].startswith("sound")
+        assert {"sound.rdp_classic", "as_published.rdp_classic"} <= set(gs["privacy"]["epsilon"])
+        ws = json.loads((d / "models/warmstart/gswgan_fmnist/warmstart.json").read_text())
+        assert ws["settings"]["n_critics"] == 4 and ws["steps"] == 5  # the smoke preset's N_d and warm-up
+        cell = json.loads((d / "results/runs/pm_fmnist_quick-p1.0-m1/metrics.json").read_text())
+        assert cell["train"]["hparams"]["p"] == 1.0 and cell["train"]["hparams"]["m"] == 1
+        w2 = (d / "results/w2_noise/fashion_mnist.csv").read_text().splitlines()
+        assert len(w2) == 1 + 3 and w2[0].startswith("loss,noise_std,seed,w2")  # 3 losses x 1 noise level
+        table = (d / "results/tables/pm_grid_fmnist.md").read_text()
+        assert "pm_fmnist_quick-p1.0-m1" in table

@@ -66,6 +66,10 @@ class ScalePreset(_Strict):
                                                       "budget, overriding train_steps")
     warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
     n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
+    w2_noise_steps: int | None = Field(default=None, gt=0, description="generator steps per (loss, noise) "
+                                       "of the W2-vs-noise sweep; None keeps the sweep's own")
+    w2_noise_train_subset: int | None = Field(default=None, gt=0, description="clean training records the "
+                                              "W2-vs-noise sweep privatizes; None: all")
 
 
 # --------------------------------------------------------------------------- privacy
@@ -253,7 +257,7 @@ class TableRow(_Strict):
     """One row of a report table: the paper's row and the run that reproduces it.
 
     ``experiment`` (a named experiment or sweep cell) or ``real`` (a dataset: its
-    ``results/real_{real}/metrics.json``) names our run; a row with neither is the
+    ``results/real/{real}/metrics.json``) names our run; a row with neither is the
     paper's "reported only" row. ``paper_row`` is a row id of the table's ``published``
     table in ``dpsynth/report/published.yaml`` (``other_table:row`` picks another one);
     None: the paper has no such row.
@@ -301,6 +305,34 @@ class Target(_Strict):
 
     dataset: Name
     data: str
+    warmstart: Name | None = Field(default=None, description="GS-WGAN: the warm start it trains from "
+                                   "(models/warmstart/<name>); checked")
+
+
+#: Hyperparameters that shape GS-WGAN's warm-started critics: cells of a sweep that leave them
+#: alone (a sigma sweep) reuse their base's warm start.
+CRITIC_HPARAMS = ("batch_size", "lr", "betas", "critic_steps", "gp_weight", "drift", "model_dim")
+
+
+class W2NoiseSweep(_Strict):
+    """Seed 003 Fig. 5 as a pipeline stage: Gaussian noise N(0, s^2) per coordinate on the clean
+    training records, one generator per (loss, s), W2 to clean held-out records. Defaults are
+    section 4.5's (MLP 2x500, latent U[0,1]^2, Sinkhorn L = 200, batch b = 200)."""
+
+    noise_levels: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]
+    losses: list[Literal["entropic", "exact", "sinkhorn_divergence"]] = ["entropic", "exact", "sinkhorn_divergence"]
+    steps: int = Field(default=20000, gt=0, description="generator steps per (loss, noise); the scale may cap it")
+    batch_size: int = Field(default=200, gt=0)
+    lr: float = Field(default=1e-4, gt=0, allow_inf_nan=False)
+    sinkhorn_iters: int = Field(default=200, gt=0)
+    n_eval: int = Field(default=1000, gt=1, description="records per side of the exact-OT W2")
+
+    @field_validator("noise_levels", "losses")
+    @classmethod
+    def _nonempty_unique(cls, v: list[Any]) -> list[Any]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"must be a non-empty list without duplicates, got {v}")
+        return v
 
 
 class EvaluationSettings(_Strict):
@@ -328,6 +360,14 @@ class Params(_Strict):
                                           "name each stage's dependencies; they are checked)")
     privatize: dict[Name, Name] = Field(default_factory=dict, description="local-DP targets -> dataset: "
                                         "privatized once before training (exactly the local targets; checked)")
+    gswgan_targets: dict[Name, "Target"] = Field(default_factory=dict, description="GS-WGAN targets: like "
+                                                 "targets, plus the warm start they train from")
+    warmstarts: dict[Name, Name] = Field(default_factory=dict, description="GS-WGAN warm starts the pipeline "
+                                         "makes -> dataset (exactly those the GS-WGAN targets need; checked)")
+    sweep_targets: list[Name] = Field(default_factory=list, description="sweeps whose every cell is a pipeline "
+                                      "target (dvc.yaml holds a matrix stage group per such sweep)")
+    w2_noise: dict[Name, W2NoiseSweep] = Field(default_factory=dict, description="dataset -> the W2-vs-noise "
+                                               "sweep the pipeline runs on it (results/w2_noise/<dataset>.csv)")
     sweeps: dict[Name, Sweep] = {}
     tables: dict[Name, Table] = {}
 
@@ -365,6 +405,37 @@ class Params(_Strict):
         local = {t: self.experiments[t].dataset for t in self.targets if self.experiments[t].local is not None}
         if dict(self.privatize) != local:
             raise ValueError(f"privatize: must list exactly the local-DP targets with their datasets, {local}")
+        for t in self.targets:
+            if self.experiments[t].method == "gs_wgan":
+                raise ValueError(f"targets.{t}: a GS-WGAN experiment trains from a warm start; list it under "
+                                 "gswgan_targets (with its warmstart) instead")
+            if self.targets[t].warmstart is not None:
+                raise ValueError(f"targets.{t}.warmstart: only GS-WGAN targets (gswgan_targets) have a warm start")
+        for t, tgt in self.gswgan_targets.items():
+            where = f"gswgan_targets.{t}"
+            if t not in self.experiments or self.experiments[t].method != "gs_wgan":
+                raise ValueError(f"{where}: no GS-WGAN experiment named {t!r}")
+            if t in self.targets:
+                raise ValueError(f"{where}: also listed under targets")
+            exp = self.experiments[t]
+            if tgt.dataset != exp.dataset or tgt.data != f"processed/{exp.dataset}":
+                raise ValueError(f"{where}: must say dataset {exp.dataset!r}, data 'processed/{exp.dataset}'")
+            if tgt.dataset not in self.datasets:
+                raise ValueError(f"{where}: dataset {tgt.dataset!r} is not in datasets (add it there)")
+        for s in self.sweep_targets:
+            if s not in self.sweeps:
+                raise ValueError(f"sweep_targets: no sweep named {s!r}")
+            base = self.experiments[self.sweeps[s].base]
+            if base.local is not None:
+                raise ValueError(f"sweep_targets: sweep {s!r} is over a local-DP experiment (its privatized data is "
+                                 "made per target); list its cells as experiments and targets instead")
+            if base.dataset not in self.datasets:
+                raise ValueError(f"sweep_targets: sweep {s!r} trains on {base.dataset!r}, which is not in datasets")
+        if len(set(self.sweep_targets)) != len(self.sweep_targets):
+            raise ValueError(f"sweep_targets: duplicates in {self.sweep_targets}")
+        for ds in self.w2_noise:
+            if ds not in self.datasets:
+                raise ValueError(f"w2_noise.{ds}: dataset {ds!r} is not in datasets (add it there)")
         for d in self.evaluation.real_datasets:
             if d not in self.datasets:
                 raise ValueError(f"evaluation.real_datasets: {d!r} is not in datasets")
@@ -400,6 +471,47 @@ class Params(_Strict):
                     raise ConfigError(f"sweeps.{sname}: expanded experiment {name!r} clashes with an existing name")
                 out[name] = exp
         return out
+
+    def warmstart_name(self, name: str, experiments: dict[str, Experiment] | None = None) -> str:
+        """The GS-WGAN warm start experiment ``name`` trains from: its own, or -- for a sweep cell
+        that leaves the critics' settings alone (e.g. a sigma sweep) -- its base's, so the sweep
+        reuses one warm start."""
+        experiments = experiments if experiments is not None else self.all_experiments()
+        exp = experiments[name]
+        for sname, sweep in self.sweeps.items():
+            if name.startswith(f"{sname}-") and name in self.sweep_members(sname):
+                base = self.experiments[sweep.base]
+                same = base.dataset == exp.dataset and all(
+                    getattr(base.hparams, k) == getattr(exp.hparams, k) for k in CRITIC_HPARAMS)
+                return sweep.base if same else name
+        return name
+
+    def pipeline_targets(self) -> dict[str, Target]:
+        """Every experiment the pipeline trains, samples and evaluates: ``targets``,
+        ``gswgan_targets`` and every cell of the ``sweep_targets``."""
+        out: dict[str, Target] = {**self.targets, **self.gswgan_targets}
+        experiments = self.all_experiments()
+        for s in self.sweep_targets:
+            for cell in self.sweep_members(s):
+                exp = experiments[cell]
+                ws = self.warmstart_name(cell, experiments) if exp.method == "gs_wgan" else None
+                out[cell] = Target(dataset=exp.dataset, data=f"processed/{exp.dataset}", warmstart=ws)
+        return out
+
+    def check_pipeline(self) -> None:
+        """Cross-checks that need the sweep cells (run by ``parse_params``)."""
+        experiments = self.all_experiments()
+        for t, tgt in self.gswgan_targets.items():
+            want = self.warmstart_name(t, experiments)
+            if tgt.warmstart != want:
+                raise ConfigError(f"gswgan_targets.{t}.warmstart: must be {want!r} (got {tgt.warmstart!r})")
+        needed: dict[str, str] = {}
+        for name, tgt in self.pipeline_targets().items():
+            if tgt.warmstart is not None:
+                needed[tgt.warmstart] = experiments[name].dataset
+        if dict(self.warmstarts) != needed:
+            raise ConfigError(f"warmstarts: must list exactly the warm starts the GS-WGAN targets need, with "
+                              f"their datasets: {needed} (got {dict(self.warmstarts)})")
 
     def sweep_members(self, sweep: str) -> list[str]:
         s = self.sweeps[sweep]
@@ -466,6 +578,7 @@ def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None
         raise ConfigError(f"{source}: {_format_validation(exc)}") from None
     try:
         params.all_experiments()  # sweep cells must validate too
+        params.check_pipeline()
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return params

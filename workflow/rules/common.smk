@@ -8,7 +8,8 @@ from dpsynth.data.registry import DATASETS
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
-TARGETS = list(PARAMS.targets)
+# targets + gswgan_targets + every cell of the sweep_targets (editing a sweep's lists edits this).
+TARGETS = list(PARAMS.pipeline_targets())
 
 # The interpreter running Snakemake has dpsynth installed; calling it this way works
 # whether or not the virtualenv's bin/ is on PATH (e.g. inside a SLURM job).
@@ -22,10 +23,15 @@ wildcard_constraints:
 
 
 def train_data(wildcards):
+    """The training data, and for GS-WGAN the warm-started critics it starts from."""
     exp = EXPERIMENTS[wildcards.experiment]
     if exp.local is not None:
-        return f"data/privatized/{wildcards.experiment}.npz"
-    return f"data/processed/{exp.dataset}.npz"
+        return [f"data/privatized/{wildcards.experiment}.npz"]
+    inputs = [f"data/processed/{exp.dataset}.npz"]
+    if exp.method == "gs_wgan":
+        name = PARAMS.warmstart_name(wildcards.experiment, EXPERIMENTS)
+        inputs.append(f"models/warmstart/{name}/critics.pt")
+    return inputs
 
 
 def experiment_dataset(wildcards):

@@ -1,4 +1,5 @@
-# Train -> sample -> evaluate, one experiment at a time; the real-data rows.
+# (privatize | warm start) -> train -> sample -> evaluate, one experiment at a time; the real-data
+# rows; the W2-vs-noise sweep; the report.
 
 
 rule privatize:
@@ -15,6 +16,27 @@ rule privatize:
         ENV
     shell:
         "{params.cli} privatize {wildcards.experiment} --params params.yaml > {log} 2>&1"
+
+
+rule warmstart:
+    input:
+        experiment_dataset,
+    output:
+        critics="models/warmstart/{experiment}/critics.pt",
+        info="models/warmstart/{experiment}/warmstart.json",
+    log:
+        "logs/warmstart/{experiment}.log",
+    params:
+        cli=DPSYNTH,
+    threads: PARAMS.threads
+    resources:
+        gpu=1,
+        runtime={"smoke": 20, "quick": 60, "paper": 720}[PARAMS.scale],
+        mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 6000, "paper": 24000}[PARAMS.scale] * attempt,
+    conda:
+        ENV
+    shell:
+        "{params.cli} warmstart {wildcards.experiment} --params params.yaml --no-progress > {log} 2>&1"
 
 
 rule train:
@@ -47,7 +69,7 @@ rule sample:
         privacy="models/{experiment}/privacy.json",
     output:
         sets=directory("data/synthetic/{experiment}"),
-        grid="results/{experiment}/samples.png",
+        grid="results/runs/{experiment}/samples.png",
     log:
         "logs/sample/{experiment}.log",
     threads: PARAMS.threads
@@ -68,7 +90,7 @@ rule evaluate:
         real=experiment_dataset,
         summary="models/{experiment}/train_summary.json",
     output:
-        metrics="results/{experiment}/metrics.json",
+        metrics="results/runs/{experiment}/metrics.json",
     log:
         "logs/evaluate/{experiment}.log",
     threads: PARAMS.threads
@@ -87,7 +109,7 @@ rule evaluate_real:
     input:
         "data/processed/{dataset}.npz",
     output:
-        metrics="results/real_{dataset}/metrics.json",
+        metrics="results/real/{dataset}/metrics.json",
     log:
         "logs/evaluate/real_{dataset}.log",
     threads: PARAMS.threads
@@ -102,11 +124,32 @@ rule evaluate_real:
         "{params.cli} evaluate --real {wildcards.dataset} --params params.yaml > {log} 2>&1"
 
 
+rule w2_noise:
+    input:
+        "data/processed/{dataset}.npz",
+    output:
+        csv="results/w2_noise/{dataset}.csv",
+        info="results/w2_noise/{dataset}.json",
+    log:
+        "logs/w2_noise/{dataset}.log",
+    threads: PARAMS.threads
+    params:
+        cli=DPSYNTH,
+    resources:
+        runtime=lambda wildcards, attempt: {"smoke": 10, "quick": 60, "paper": 1440}[PARAMS.scale] * attempt,
+        mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 6000, "paper": 16000}[PARAMS.scale] * attempt,
+    conda:
+        ENV
+    shell:
+        "{params.cli} w2noise {wildcards.dataset} --params params.yaml > {log} 2>&1"
+
+
 rule report:
     input:
-        metrics=expand("results/{experiment}/metrics.json", experiment=TARGETS),
-        grids=expand("results/{experiment}/samples.png", experiment=TARGETS),
-        real=expand("results/real_{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
+        metrics=expand("results/runs/{experiment}/metrics.json", experiment=TARGETS),
+        grids=expand("results/runs/{experiment}/samples.png", experiment=TARGETS),
+        real=expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
+        w2=expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),
     output:
         tables=directory("results/tables"),
         figures=directory("results/figures"),

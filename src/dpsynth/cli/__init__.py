@@ -17,7 +17,8 @@ from dpsynth.errors import DpsynthError
 
 # Stage modules, in the order they appear in --help. A module that is missing
 # (a stage not built yet) is simply not offered.
-_STAGES = ("config", "data", "privacy", "privatize", "warmstart", "train", "sample", "evaluate", "report", "bench")
+_STAGES = ("config", "data", "privacy", "privatize", "warmstart", "train", "sample", "evaluate", "w2noise", "report",
+           "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from dpsynth.data import load_processed
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic
     from dpsynth.io import read_json, write_json
+    from dpsynth.paths import metrics_file, real_metrics_file
 
     params = params_from_args(args)
     apply_threads(params)
@@ -26,7 +27,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                     max_epochs=preset.classifier_max_epochs,
                                                     train_subset=preset.classifier_train_subset),
                    "privacy": None}
-        out = Path(args.results) / f"real_{args.real}" / "metrics.json"
+        out = real_metrics_file(args.results, args.real)
     else:
         experiments = params.all_experiments()
         if args.experiment not in experiments:
@@ -42,7 +43,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                         conditional=exp.method != "entropic_wgan")}
         summary = Path(args.models) / args.experiment / "train_summary.json"
         metrics["train"] = read_json(summary) if summary.is_file() else None
-        out = Path(args.results) / args.experiment / "metrics.json"
+        out = metrics_file(args.results, args.experiment)
     metrics.update({"scale": params.scale, "preset": preset.model_dump(mode="json"), "versions": environment()})
     write_json(out, metrics)
     for kind, rec in metrics["classifiers"].items():

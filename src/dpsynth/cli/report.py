@@ -32,7 +32,7 @@ def _report(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables (md/csv/tex) and figures: ours beside the papers' numbers")
     add_params_arg(p)
-    p.add_argument("--results", default="results", help="folder holding {experiment}/metrics.json")
+    p.add_argument("--results", default="results", help="folder holding runs/{experiment}/metrics.json")
     p.add_argument("--tables", default=None, metavar="DIR", help="output folder (default: RESULTS/tables)")
     p.add_argument("--figures", default=None, metavar="DIR", help="output folder (default: RESULTS/figures)")
     p.set_defaults(func=_report)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
 from dpsynth.errors import DpsynthError
+from dpsynth.paths import samples_png
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -38,7 +39,7 @@ def _sample(args: argparse.Namespace) -> int:
         print(f"{args.experiment}: synthetic set {k}: {n} samples -> {out_dir / f'seed{k}.npz'} "
               f"({time.perf_counter() - t0:.1f} s)")
         if k == 0:
-            sample_grid(x, y, int(meta["num_classes"]), Path(args.results) / args.experiment / "samples.png")
+            sample_grid(x, y, int(meta["num_classes"]), samples_png(args.results, args.experiment))
     return 0
 
 

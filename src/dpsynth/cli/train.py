@@ -27,6 +27,7 @@ def build_context(args: argparse.Namespace):
     from dpsynth.config import apply_preset, resolve_privacy
     from dpsynth.data.dataset import Dataset, load_processed
     from dpsynth.methods.base import TrainContext, subset_indices
+    from dpsynth.paths import warmstart_dir
 
     params = params_from_args(args)
     apply_threads(params)
@@ -53,6 +54,8 @@ def build_context(args: argparse.Namespace):
         name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
         data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
         device=device, progress=not args.no_progress, scale_overrides=overrides,
+        warmstart_dir=(warmstart_dir(args.out, params.warmstart_name(args.experiment, experiments))
+                       if exp.method == "gs_wgan" else None),
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
     )
 
@@ -67,6 +70,7 @@ def _train(args: argparse.Namespace) -> int:
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
     summary["scale"] = ctx.scale
     summary["scale_overrides"] = ctx.scale_overrides
+    summary["hparams"] = ctx.experiment.hparams.model_dump(mode="json")  # as run, after the scale's overrides
     if summary.get("finished", True) and not summary.get("already_done"):
         from dpsynth.io import write_json
 

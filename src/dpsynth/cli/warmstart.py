@@ -1,8 +1,10 @@
 """`dpsynth warmstart EXPERIMENT`: warm-start a GS-WGAN experiment's N_d critics (non-private).
 
-Writes ``{out}/warmstart/{key}/critics.pt`` (+ ``warmstart.json``) where the key holds only
-what shapes the critics, so every generator setting (a sigma sweep) reuses one warm start;
-``--print-path`` prints that directory (for workflow rules) without training.
+Writes ``{out}/warmstart/{name}/critics.pt`` (+ ``warmstart.json``), ``name`` being the
+experiment -- or, for a sweep cell that leaves the critics' settings alone (a sigma sweep), its
+base, so the whole sweep reuses one warm start. The artifact records the settings and the data
+fingerprint; training refuses a warm start that does not match. ``--print-path`` prints the
+directory without training.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One evaluation protocol for every generator (DESIGN 7): classifiers trained on each
 synthetic set and scored on the real test split, FID against the real test split, and the
-privacy guarantee, gathered into ``results/{experiment}/metrics.json``.
+privacy guarantee, gathered into ``results/runs/{experiment}/metrics.json``.
 
 The real test split is only ever passed to the final scoring calls (``train_and_score``
 fits on training data first; see ``classifiers``); nothing is selected on it.

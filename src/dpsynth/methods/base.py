@@ -59,6 +59,7 @@ class TrainContext:
     progress: bool = True
     max_steps_this_run: int | None = None  # for tests: stop early (as if killed) after this many steps
     scale_overrides: dict[str, Any] = field(default_factory=dict)  # hyperparameters the scale changed
+    warmstart_dir: Path | None = None  # GS-WGAN: the warm-started critics this run trains from
 
     @property
     def generator_path(self) -> Path:

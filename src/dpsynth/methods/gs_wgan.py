@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,6 @@ from dpsynth.methods.gswgan_critics import (
     data_fingerprint,
     load_critics,
     real_batch,
-    warmstart_dir,
 )
 from dpsynth.nets import GENERATORS, build_generator
 from dpsynth.nets.gswgan import GSWGANGenerator
@@ -77,10 +77,13 @@ def validate(ctx: TrainContext) -> None:
         raise DataError(f"{ctx.data.name}: GS-WGAN needs 28x28 images (N, C, 28, 28), got {tuple(x.shape)}")
 
 
-def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Any]:
-    """The critic settings of this run and the warm-start directory next to ``ctx.out_dir``."""
+def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Path]:
+    """The critic settings of this run and its warm-start directory (``models/warmstart/<name>``:
+    a static path the workflows name; the artifact records the settings and training checks them)."""
+    if ctx.warmstart_dir is None:
+        raise ConfigError(f"{ctx.name}: no warm-start directory in the training context")
     settings = critic_settings(ctx.experiment, ctx.preset, ctx.seed, len(ctx.data.x_train))
-    return settings, warmstart_dir(ctx.out_dir.parent, settings)
+    return settings, Path(ctx.warmstart_dir)
 
 
 def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, int, BudgetGuard | None, str]:

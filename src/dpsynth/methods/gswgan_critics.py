@@ -15,7 +15,6 @@ the generator's privacy settings), so a sweep over sigma reuses one warm start.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpsynth.config import Experiment, ScalePreset
+from dpsynth.config import CRITIC_HPARAMS, Experiment, ScalePreset
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.io import atomic_path, write_json
 from dpsynth.nets.gswgan import GSWGANGenerator, StackedCritics, bernoulli_latent
@@ -48,21 +47,8 @@ def critic_settings(exp: Experiment, preset: ScalePreset, seed: int, n_records: 
         "dataset": exp.dataset, "n_records": int(n_records), "seed": int(seed),
         "n_critics": int(preset.n_critics or PAPER_N_CRITICS),
         "warmup_steps": int(preset.warmup_steps or PAPER_WARMUP_STEPS),
-        "batch_size": h.batch_size, "lr": h.lr, "betas": list(h.betas), "critic_steps": h.critic_steps,
-        "gp_weight": h.gp_weight, "drift": h.drift, "model_dim": h.model_dim,
+        **{k: list(getattr(h, k)) if k == "betas" else getattr(h, k) for k in CRITIC_HPARAMS},
     }
-
-
-def warmstart_dir(models_root: str | Path, settings: dict[str, Any]) -> Path:
-    """``{models}/warmstart/{dataset}-nd{N_d}-w{steps}-seed{s}-{hash}``: readable and collision-free.
-
-    The record count is left out of the name so a workflow can compute the path from
-    params.yaml alone; the artifact still records it and training checks it (and the data).
-    """
-    keyed = {k: v for k, v in settings.items() if k != "n_records"}
-    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:10]
-    name = f"{settings['dataset']}-nd{settings['n_critics']}-w{settings['warmup_steps']}-seed{settings['seed']}-{digest}"
-    return Path(models_root) / "warmstart" / name
 
 
 def make_shards(n_records: int, n_critics: int, batch_size: int, seed: int) -> np.ndarray:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from dpsynth.config import Params
 from dpsynth.io import atomic_open, atomic_path
+from dpsynth.paths import samples_png, w2_noise_csv
 from dpsynth.report.runs import METRICS, RunStore, metric_value
 from dpsynth.report.tables import BuiltTable, read_w2_csv
 
@@ -51,9 +52,9 @@ def _placeholder(path: Path, title: str, message: str) -> Path:
 
 
 def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> Path:
-    """The rows' ``results/{experiment}/samples.png`` side by side, labelled by table row."""
+    """The rows' ``results/runs/{experiment}/samples.png`` side by side, labelled by table row."""
     path = Path(out_dir) / f"{built.name}_samples.png"
-    found = [(label, Path(results) / exp / "samples.png") for label, exp in built.runs]
+    found = [(label, samples_png(results, exp)) for label, exp in built.runs]
     found = [(label, p) for label, p in found if p.is_file()]
     if not found:
         return _placeholder(path, built.title, "no sample grids: not run")
@@ -80,7 +81,7 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
     out: list[Path] = []
     plt = _plt()
     for ds in dict.fromkeys(datasets):
-        src = Path(results) / "w2_noise" / f"{ds}.csv"
+        src = w2_noise_csv(results, ds)
         png = Path(out_dir) / f"w2_noise_{ds}.png"
         if not src.is_file():
             out.append(_placeholder(png, f"W2 vs noise ({ds})", f"{src}: not run"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynth.errors import DataError
+from dpsynth.paths import metrics_file, real_metrics_file
 
 NOT_RUN = "not run"
 REPORTED_ONLY = "reported only"
@@ -73,7 +74,7 @@ def read_run(path: Path, name: str) -> Run | None:
 
 
 class RunStore:
-    """Reads ``{results}/{experiment}/metrics.json`` once per run."""
+    """Reads ``{results}/runs/{experiment}/metrics.json`` (and ``real/{dataset}/``) once per run."""
 
     def __init__(self, results: Path) -> None:
         self.results = Path(results)
@@ -81,11 +82,14 @@ class RunStore:
 
     def experiment(self, name: str) -> Run | None:
         if name not in self._cache:
-            self._cache[name] = read_run(self.results / name / "metrics.json", name)
+            self._cache[name] = read_run(metrics_file(self.results, name), name)
         return self._cache[name]
 
     def real(self, dataset: str) -> Run | None:
-        return self.experiment(f"real_{dataset}")
+        key = f"real:{dataset}"
+        if key not in self._cache:
+            self._cache[key] = read_run(real_metrics_file(self.results, dataset), f"real_{dataset}")
+        return self._cache[key]
 
 
 # --------------------------------------------------------------------------- formatting

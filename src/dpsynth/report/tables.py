@@ -20,6 +20,7 @@ import pandas as pd
 from dpsynth.config import Experiment, Params, Table, sweep_cell_name
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.io import atomic_open
+from dpsynth.paths import w2_noise_csv
 from dpsynth.report.published import PaperTable, load_published, paper_table, resolve_paper_row
 from dpsynth.report.runs import (
     METRICS,
@@ -236,7 +237,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
     paper_cell = PLOT_ONLY if paper is not None and paper.plot_only else NOT_REPORTED
     records: list[dict[str, str]] = []
     notes = [f"{paper.source}: {n}" for n in paper.notes] if paper else []
-    path = store.results / "w2_noise" / f"{table.dataset}.csv" if table.dataset else None
+    path = w2_noise_csv(store.results, table.dataset) if table.dataset else None
     if path is not None and path.is_file():
         df = read_w2_csv(path)
         order = {loss: i for i, loss in enumerate(SWEEP_LOSSES)}

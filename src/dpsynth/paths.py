@@ -1,0 +1,45 @@
+"""Where each stage writes what the report reads: one place, so the CLI, the report, the
+Snakefile and dvc.yaml cannot drift apart (tests/test_workflow_sync.py checks the workflows).
+
+Everything per run lives under ``results/runs/{experiment}/`` and every real-data row under
+``results/real/{dataset}/``: DVC's report stage can then depend on those two folders and so
+picks up every target and every sweep cell without listing them (dvc.yaml cannot interpolate
+a list into ``deps``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["RUNS", "REAL", "W2_NOISE", "run_dir", "metrics_file", "samples_png", "real_metrics_file",
+           "w2_noise_csv", "warmstart_dir"]
+
+RUNS = "runs"
+REAL = "real"
+W2_NOISE = "w2_noise"
+WARMSTART = "warmstart"
+
+
+def run_dir(results: str | Path, experiment: str) -> Path:
+    return Path(results) / RUNS / experiment
+
+
+def metrics_file(results: str | Path, experiment: str) -> Path:
+    return run_dir(results, experiment) / "metrics.json"
+
+
+def samples_png(results: str | Path, experiment: str) -> Path:
+    return run_dir(results, experiment) / "samples.png"
+
+
+def real_metrics_file(results: str | Path, dataset: str) -> Path:
+    return Path(results) / REAL / dataset / "metrics.json"
+
+
+def w2_noise_csv(results: str | Path, dataset: str) -> Path:
+    return Path(results) / W2_NOISE / f"{dataset}.csv"
+
+
+def warmstart_dir(models: str | Path, name: str) -> Path:
+    """GS-WGAN's warm-started critics of experiment ``name`` (a static path a workflow can name)."""
+    return Path(models) / WARMSTART / name

@@ -154,9 +154,9 @@ def _set(raw: dict, dotted: str, value) -> dict:
     ("sweep_targets", ["nope"], "sweep_targets: no sweep named 'nope'"),
     ("sweep_targets", ["pm_mnist"], "sweep 'pm_mnist' trains on 'mnist', which is not in datasets"),
     ("w2_noise.mnist", {"noise_levels": [0.5]}, "w2_noise.mnist: dataset 'mnist' is not in datasets"),
-    ("w2_noise.fashion_mnist.noise_levels", [0.5, -1.0], "w2_noise.fashion_mnist.noise_levels.1"),
-    ("w2_noise.fashion_mnist.noise_levels", [], "w2_noise.fashion_mnist.noise_levels"),
-    ("w2_noise.fashion_mnist.losses", ["exact", "l1"], "w2_noise.fashion_mnist.losses.1"),
+    ("w2_noise.fashion_mnist", {"noise_levels": [0.5, -1.0]}, "w2_noise.fashion_mnist.noise_levels.1"),
+    ("w2_noise.fashion_mnist", {"noise_levels": []}, "w2_noise.fashion_mnist.noise_levels"),
+    ("w2_noise.fashion_mnist", {"noise_levels": [1.0], "losses": ["exact", "l1"]}, "w2_noise.fashion_mnist.losses.1"),
 ])
 def test_pipeline_target_errors_name_the_key(path, value, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(").replace("[", r"\[")):

@@ -171,3 +171,27 @@ def test_dvc_commit_records_a_snakemake_run(repos):
     # Snakemake and DVC made the same generator from the same params.yaml.
     w = weights(d)
     assert w.keys() == repos.dvc_weights.keys() and all(torch.equal(w[k], repos.dvc_weights[k]) for k in w)
+
+
+def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):
+    """`dvc exp run -S` on a targeted sweep's `p` list: DVC's matrix gains one cell, only that
+    cell's stages (and the report) run, and `dvc exp show` lists the new cell's metrics."""
+    d = repos.dvc
+    _back_to_baseline(d)
+    assert_clean(d)
+    key = "sweeps.pm_fmnist_quick.grid.p"
+    out = dvc(d, "exp", "run", "-S", f"{key}=[1.0,0.5]")
+    for r in ("train", "sample", "evaluate"):
+        assert f"Running stage '{r}_pm_fmnist_quick@0.5-1'" in out, out[-3000:]
+        assert f"Running stage '{r}_pm_fmnist_quick@1.0-1'" not in out
+    assert f"Running stage 'train@{EXP}'" not in out and "Running stage 'report'" in out
+    assert_clean(d)
+
+    cell = "pm_fmnist_quick-p0.5-m1"
+    shown = json.loads(dvc(d, "exp", "show", "--json"))
+    exps = [rev["data"] for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
+    mine = [x for x in exps if x["params"]["params.yaml"]["data"]["sweeps"]["pm_fmnist_quick"]["grid"]["p"] == [1.0, 0.5]]
+    assert len(mine) == 1, exps
+    metrics = mine[0]["metrics"][f"results/runs/{cell}/metrics.json"]["data"]
+    assert set(metrics["classifiers"]) == {"logreg", "mlp", "cnn"} and metrics["train"]["hparams"]["p"] == 0.5
+    assert cell in (d / "results/tables/pm_grid_fmnist.md").read_text()

@@ -448,3 +448,19 @@ def test_privacy_utility_curve_when_several_epsilons(tmp_path: Path) -> None:
     assert list(lr["epsilon"]) == [1.0, 10.0] and list(lr["value"]) == [50.0, 81.2]
     # gs_wgan is configured at one epsilon only: no curve for it.
     assert not (tmp_path / "figs" / "privacy_utility_gs_wgan_mnist.png").exists()
+
+
+def test_a_cell_swept_by_two_sweeps_is_one_row(tmp_path: Path) -> None:
+    """The quick pipeline's share of Table 5 and the full Table 5 list p=0.2, m=1 twice: the
+    table shows it once, by the run that exists (or once as "not run")."""
+    raw = fixture_raw()
+    raw["sweeps"]["pm_fmnist_quick"] = {"base": "dps_fmnist", "grid": {"p": [0.2], "m": [1.0]}}
+    raw["tables"]["pm_grid_fmnist"]["sweeps"] = ["pm_fmnist_quick", "pm_fmnist"]
+    params = parse_params(raw, source="fixture")
+    f = build_table("pm_grid_fmnist", params, tmp_path).frame
+    cell = f[(f["p"] == "0.2") & (f["m"] == "1")]
+    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist_quick-p0.2-m1.0"
+    write_metrics(tmp_path, "pm_fmnist-p0.2-m1.0", privacy=DPS_PRIVACY, acc={"logreg": (0.61, 0.0)})
+    f = build_table("pm_grid_fmnist", params, tmp_path).frame
+    cell = f[(f["p"] == "0.2") & (f["m"] == "1")]
+    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 ± 0.0"

@@ -216,7 +216,7 @@ def test_lint_and_dry_runs_on_shipped_params():
     run([venv_bin("dvc"), "repro", "--dry", "prepare_data"], REPO)
     dag = run([venv_bin("dvc"), "dag", "--md"], REPO)
     for stage in ("evaluate@dps_fmnist", "train@dps_fmnist", "warmstart@gswgan_fmnist", "train_gswgan@gswgan_fmnist",
-                  "train_pm_fmnist_quick@0.2-1", "w2_noise@fashion_mnist"):
+                  "train_pm_fmnist_quick@0.2-1", "w2_noise@manifold2d_half_circle"):
         assert stage in dag
 
 
@@ -227,7 +227,8 @@ def smoke_patch(p: dict) -> None:
     p["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
     p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}
     p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}
-    p["w2_noise"]["fashion_mnist"]["noise_levels"] = [0.5]
+    p["w2_noise"] = {"fashion_mnist": {"noise_levels": [0.5]}}  # the paper's image setting, 5 steps
+    p["tables"]["local_privacy_w2"]["dataset"] = "fashion_mnist"
     p["evaluation"]["real_datasets"] = ["fashion_mnist"]
 
 

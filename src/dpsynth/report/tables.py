@@ -194,7 +194,16 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
         records.append(rec)
         cells.append((key_vals, run, paper_vals))
 
+    # One row per grid cell: a cell swept by two sweeps (the quick pipeline's share of a paper
+    # grid and the full grid) is listed once, by the member that ran (every member that ran, if several).
+    by_cell: dict[str, list[str]] = {}
     for e in members:
+        by_cell.setdefault(repr({k: _exp_value(experiments[e], k) for k in keys}), []).append(e)
+    keep = set()
+    for names in by_cell.values():
+        ran = [e for e in names if store.experiment(e) is not None]
+        keep.update(ran or names[:1])
+    for e in (m for m in members if m in keep):
         exp = experiments[e]
         vals = {k: _exp_value(exp, k) for k in keys}
         prow = paper.match(vals)

@@ -51,3 +51,9 @@ def one_torch_thread():  # type: ignore[no-untyped-def]
     with threadpool_limits(1):
         yield
     torch.set_num_threads(old)
+
+
+def clear_pipeline(p: dict) -> dict:
+    """A raw params mapping with no pipeline targets of any kind (tests then add their own)."""
+    p.update(targets={}, privatize={}, gswgan_targets={}, warmstarts={}, sweep_targets=[], w2_noise={})
+    return p

@@ -14,7 +14,7 @@ from dpsynth.errors import DataError
 from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
 from dpsynth.methods.base import save_generator
 from dpsynth.nets import build_generator
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, clear_pipeline, run_cli
 
 ARCH = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
                                     "image_size": 28}}
@@ -26,8 +26,8 @@ PRIVACY = {"mechanism": "test", "epsilon": {"rdp_classic": 9.5}, "headline": "rd
 def workdir(tmp_path: Path) -> Path:
     """A params.yaml at smoke scale, digits28 prepared, and an (untrained) generator for `dps_digits`."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())
-    p.update(scale="smoke", datasets=["digits28"], privatize={},
-             targets={"dps_digits": {"dataset": "digits28", "data": "processed/digits28"}})
+    clear_pipeline(p).update(scale="smoke", datasets=["digits28"],
+                             targets={"dps_digits": {"dataset": "digits28", "data": "processed/digits28"}})
     p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["logreg", "mlp"])
     p["experiments"]["dps_digits"] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
                                       "hparams": {"sanitizer": "none", "max_steps": 1}}

@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, clear_pipeline
 
 EXP = "dps_digits"
 STEPS = 12
@@ -67,8 +67,7 @@ def _params() -> dict:
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["scale"] = "smoke"
     p["datasets"] = ["digits28"]
-    p["targets"] = {}
-    p["privatize"] = {}
+    clear_pipeline(p)
     p["evaluation"]["real_datasets"] = []
     exp = copy.deepcopy(p["experiments"]["dps_fmnist"])
     exp["dataset"] = "digits28"

@@ -29,7 +29,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO, require, venv_bin
+from tests.conftest import REPO, clear_pipeline, require, venv_bin
 from tests.test_workflow_sync import copy_workflow, smoke_patch
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
@@ -142,7 +142,8 @@ def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, fashion
 
     # Every cluster job really went through sbatch, and its SLURM log was kept (logs per job).
     submitted = dict(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", out))
-    assert len(submitted) == 4, out[-4000:]  # train, sample, evaluate, evaluate_real (data is local)
+    # train, sample, evaluate for dps_fmnist and the sweep cell, evaluate_real, w2_noise (data, report local)
+    assert len(submitted) == 8, out[-4000:]
     assert all(Path(log).is_file() for log in submitted.values())
     assert list((slurm_dir / "logs/slurm/rule_train").rglob("*.log")), "no per-job SLURM log for train"
     # SLURM's own record of the train job: one GPU, the rule's memory and time limit.
@@ -176,8 +177,7 @@ def _tiny_workflow(d: Path) -> Path:
     def patch(p: dict) -> None:
         p["scale"] = "smoke"
         p["datasets"] = ["digits28"]
-        p["targets"] = {}
-        p["privatize"] = {}
+        clear_pipeline(p)
         p["evaluation"]["real_datasets"] = ["digits28"]
 
     d = copy_workflow(d, patch)

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -462,39 +463,45 @@ class Params(_Strict):
     def preset(self) -> ScalePreset:
         return self.scales[self.scale]
 
+    _cells: dict[str, tuple[str, Experiment]] | None = PrivateAttr(default=None)
+
+    def _sweep_cells(self) -> dict[str, tuple[str, Experiment]]:
+        """Every sweep cell -> (its sweep, the experiment), expanded and validated once."""
+        if self._cells is None:
+            cells: dict[str, tuple[str, Experiment]] = {}
+            for sname, sweep in self.sweeps.items():
+                for name, exp in expand_sweep(sname, sweep, self.experiments[sweep.base]).items():
+                    if name in self.experiments or name in cells:
+                        raise ConfigError(f"sweeps.{sname}: expanded experiment {name!r} clashes with an existing name")
+                    cells[name] = (sname, exp)
+            self._cells = cells
+        return self._cells
+
     def all_experiments(self) -> dict[str, Experiment]:
         """Named experiments plus every sweep cell, validated like hand-written ones."""
-        out = dict(self.experiments)
-        for sname, sweep in self.sweeps.items():
-            for name, exp in expand_sweep(sname, sweep, self.experiments[sweep.base]).items():
-                if name in out:
-                    raise ConfigError(f"sweeps.{sname}: expanded experiment {name!r} clashes with an existing name")
-                out[name] = exp
-        return out
+        return {**self.experiments, **{name: exp for name, (_, exp) in self._sweep_cells().items()}}
 
-    def warmstart_name(self, name: str, experiments: dict[str, Experiment] | None = None) -> str:
+    def warmstart_name(self, name: str) -> str:
         """The GS-WGAN warm start experiment ``name`` trains from: its own, or -- for a sweep cell
         that leaves the critics' settings alone (e.g. a sigma sweep) -- its base's, so the sweep
         reuses one warm start."""
-        experiments = experiments if experiments is not None else self.all_experiments()
-        exp = experiments[name]
-        for sname, sweep in self.sweeps.items():
-            if name.startswith(f"{sname}-") and name in self.sweep_members(sname):
-                base = self.experiments[sweep.base]
-                same = base.dataset == exp.dataset and all(
-                    getattr(base.hparams, k) == getattr(exp.hparams, k) for k in CRITIC_HPARAMS)
-                return sweep.base if same else name
-        return name
+        cell = self._sweep_cells().get(name)
+        if cell is None:
+            return name
+        sname, exp = cell
+        base_name = self.sweeps[sname].base
+        base = self.experiments[base_name]
+        same = base.dataset == exp.dataset and all(
+            getattr(base.hparams, k) == getattr(exp.hparams, k) for k in CRITIC_HPARAMS)
+        return base_name if same else name
 
     def pipeline_targets(self) -> dict[str, Target]:
         """Every experiment the pipeline trains, samples and evaluates: ``targets``,
         ``gswgan_targets`` and every cell of the ``sweep_targets``."""
         out: dict[str, Target] = {**self.targets, **self.gswgan_targets}
-        experiments = self.all_experiments()
-        for s in self.sweep_targets:
-            for cell in self.sweep_members(s):
-                exp = experiments[cell]
-                ws = self.warmstart_name(cell, experiments) if exp.method == "gs_wgan" else None
+        for cell, (sname, exp) in self._sweep_cells().items():
+            if sname in self.sweep_targets:
+                ws = self.warmstart_name(cell) if exp.method == "gs_wgan" else None
                 out[cell] = Target(dataset=exp.dataset, data=f"processed/{exp.dataset}", warmstart=ws)
         return out
 
@@ -502,7 +509,7 @@ class Params(_Strict):
         """Cross-checks that need the sweep cells (run by ``parse_params``)."""
         experiments = self.all_experiments()
         for t, tgt in self.gswgan_targets.items():
-            want = self.warmstart_name(t, experiments)
+            want = self.warmstart_name(t)
             if tgt.warmstart != want:
                 raise ConfigError(f"gswgan_targets.{t}.warmstart: must be {want!r} (got {tgt.warmstart!r})")
         needed: dict[str, str] = {}
@@ -514,8 +521,9 @@ class Params(_Strict):
                               f"their datasets: {needed} (got {dict(self.warmstarts)})")
 
     def sweep_members(self, sweep: str) -> list[str]:
-        s = self.sweeps[sweep]
-        return list(expand_sweep(sweep, s, self.experiments[s.base]))
+        if sweep not in self.sweeps:
+            raise KeyError(sweep)
+        return [name for name, (sname, _) in self._sweep_cells().items() if sname == sweep]
 
 
 def cell_suffix(cell: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ def train_data(wildcards):
         return [f"data/privatized/{wildcards.experiment}.npz"]
     inputs = [f"data/processed/{exp.dataset}.npz"]
     if exp.method == "gs_wgan":
-        name = PARAMS.warmstart_name(wildcards.experiment, EXPERIMENTS)
+        name = PARAMS.warmstart_name(wildcards.experiment)
         inputs.append(f"models/warmstart/{name}/critics.pt")
     return inputs
 

@@ -54,7 +54,7 @@ def build_context(args: argparse.Namespace):
         name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
         data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
         device=device, progress=not args.no_progress, scale_overrides=overrides,
-        warmstart_dir=(warmstart_dir(args.out, params.warmstart_name(args.experiment, experiments))
+        warmstart_dir=(warmstart_dir(args.out, params.warmstart_name(args.experiment))
                        if exp.method == "gs_wgan" else None),
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
     )

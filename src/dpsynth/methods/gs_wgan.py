@@ -83,7 +83,7 @@ def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Path]:
     if ctx.warmstart_dir is None:
         raise ConfigError(f"{ctx.name}: no warm-start directory in the training context")
     settings = critic_settings(ctx.experiment, ctx.preset, ctx.seed, len(ctx.data.x_train))
-    return settings, Path(ctx.warmstart_dir)
+    return settings, ctx.warmstart_dir
 
 
 def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, int, BudgetGuard | None, str]:

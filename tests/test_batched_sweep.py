@@ -30,15 +30,17 @@ def _shared(**kw) -> SweepShared:
     return SweepShared(**base)
 
 
-def test_each_member_equals_its_one_at_a_time_run(data):
-    """2 DCGAN members differing in seed, cost weight m, clip and sigma (the non-private member
+@pytest.mark.parametrize("mode", ["vmap", "loop"])
+def test_each_member_equals_its_one_at_a_time_run(data, mode):
+    """Both forward strategies (grouped convolutions / member by member on views); 2 DCGAN members differing in seed, cost weight m, clip and sigma (the non-private member
     is covered by the MLP test below),
     2 steps batched vs each alone (FastStep, itself == dp_sinkhorn._step): float64, weights and
     BN statistics to 1e-9 (observed ~1e-12; vmap's grouped convolutions only reorder sums)."""
     x, y = data
     shared = _shared()
     members = [SweepMember(seed=0), SweepMember(seed=1, m=1.0, sigma=0.8, clip=0.3)]
-    sweep = BatchedSweep(shared, members, x, y)
+    sweep = BatchedSweep(shared, members, x, y, forward_mode=mode)
+    assert sweep.forward_mode == mode
     losses = [sweep.step() for _ in range(2)]
     assert all(torch.isfinite(v).all() for v in losses)
     for i, mem in enumerate(members):
@@ -55,7 +57,8 @@ MLP = {"name": "mlp", "kwargs": {"latent_dim": 2, "output_dim": 2, "hidden": [32
                                   "latent_dist": "uniform_symmetric"}}
 
 
-def test_each_member_has_its_own_accountant():
+@pytest.mark.parametrize("mode", ["vmap", "loop"])
+def test_each_member_has_its_own_accountant(mode):
     """Spent epsilon follows each member's sigma (smaller sigma, larger epsilon; non-private is
     inf), and a member whose budget is exhausted stops the sweep before the step is taken.
     (A small unconditional MLP on 2-D points: also covers the label-free path.) The MLP sweep
@@ -63,7 +66,7 @@ def test_each_member_has_its_own_accountant():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(300, 2, generator=g, dtype=torch.float64), torch.zeros(300, dtype=torch.int64)
     sweep = BatchedSweep(_shared(arch=MLP, n=20, n_extra=4, q=20 / 300, eps=0.05), [SweepMember(seed=0, sigma=1.5), SweepMember(seed=1, sigma=0.9),
-                                     SweepMember(seed=2, sigma=None)], x, y)
+                                     SweepMember(seed=2, sigma=None)], x, y, forward_mode=mode)
     sweep.step()
     sweep.step()
     for i, mem in enumerate(sweep.members):
@@ -85,3 +88,6 @@ def test_group_members_splits_a_p_grid_and_empty_sweep_is_refused(data):
     assert sorted(groups) == [0.0, 0.2, 1.0] and all(len(v) == 2 for v in groups.values())
     with pytest.raises(ConfigError, match="at least one member"):
         BatchedSweep(_shared(), [], *data)
+    with pytest.raises(ConfigError, match="forward_mode must be one of.*'grouped'"):
+        BatchedSweep(_shared(), [SweepMember(seed=0)], *data, forward_mode="grouped")
+    assert BatchedSweep(_shared(), [SweepMember(seed=0)], *data).forward_mode == "loop"  # auto on a CPU

@@ -14,6 +14,13 @@ trials reported, because the machine may be shared. Contenders:
   one generator forward of ``n + n'`` (our trainer's model, as in DESIGN 5.1), not two.
 * ``trainer`` -- ``dp_sinkhorn._step`` as the trainer runs it today.
 * ``fast`` -- :class:`dpsynth.methods.fast_step.FastStep` (CUDA graph on a GPU).
+* ``generator_floor`` -- only the part every contender shares: the generator forward
+  (:func:`~dpsynth.methods.fast_step.fast_forward`) on the same ``n + n'`` latents, a
+  backward from a trivial loss, and the Adam step -- no OT loss, no sanitizer. No step with
+  this generator can run faster, so ``floor / reference`` bounds any speed-up of the step
+  (Amdahl). The convolutions' arithmetic (counted from the layer shapes) over the floor's time,
+  beside a large matmul's rate in the same process, says how close to the device's peak the
+  floor itself is: on a CPU the step is compute-bound, on a GPU it is overhead-bound.
 
 ``--sweep K`` also times K configurations (seeds 0..K-1, alternating m in {0, 1}) trained
 by :class:`~dpsynth.methods.batched_sweep.BatchedSweep` against the same K trained one after
@@ -56,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--warmup", type=int, default=2, help="untimed steps per contender first")
     q.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     q.add_argument("--sweep", type=int, default=0, help="also time a batched sweep of this many configurations")
+    q.add_argument("--sweep-mode", default="auto", choices=["auto", "vmap", "loop"],
+                   help="batched sweep's generator forward (auto: vmap on CUDA, loop on CPU)")
     q.add_argument("--records", type=int, default=MNIST["records"], help="synthetic MNIST-shaped records")
     q.add_argument("--skip-trainer", action="store_true", help="do not time dp_sinkhorn._step")
     q.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -145,6 +154,58 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+def conv_flops(G: torch.nn.Module, z: torch.Tensor, labels: torch.Tensor | None) -> float:
+    """Floating-point operations of G's convolutions for one forward, from the layer shapes
+    (2 per multiply-add; transposed convolutions counted input-centric, border taps included)."""
+    total = 0.0
+
+    def hook(mod: torch.nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        nonlocal total
+        k = mod.kernel_size[0] * mod.kernel_size[1] // mod.groups
+        if isinstance(mod, torch.nn.ConvTranspose2d):
+            total += 2.0 * inp[0].numel() * mod.out_channels * k
+        else:
+            total += 2.0 * out.numel() * mod.in_channels * k
+
+    handles = [m.register_forward_hook(hook) for m in G.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))]
+    try:
+        with torch.no_grad():
+            G(z, labels)
+    finally:
+        for h in handles:
+            h.remove()
+    return total
+
+
+def matmul_rate(dev: torch.device, size: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of a ``size``-square float32 matmul on ``dev`` (a reference for the device's peak)."""
+    a = torch.randn(size, size, device=dev)
+    b = torch.randn(size, size, device=dev)
+    a @ b
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(dev)
+    return reps * 2.0 * size**3 / (time.perf_counter() - t0)
+
+
+class GeneratorFloor:
+    """Generator forward + trivial backward + Adam on the same batch shape (see module docstring)."""
+
+    def __init__(self, G: torch.nn.Module, opt: torch.optim.Optimizer, total: int, gen: torch.Generator) -> None:
+        self.G, self.opt, self.total, self.gen = G, opt, total, gen
+
+    def __call__(self) -> None:
+        from dpsynth.methods.fast_step import fast_forward
+
+        z = self.G.sample_latent(self.total, self.gen)
+        labels = self.G.sample_labels(self.total, self.gen)
+        self.opt.zero_grad(set_to_none=False)
+        fast_forward(self.G, z, labels).square().mean().backward()
+        self.opt.step()
+
+
 def _interleaved(contenders: dict[str, Callable[[], Any]], steps: int, trials: int, warmup: int,
                  dev: torch.device) -> dict[str, dict[str, Any]]:
     """Median steps/s over interleaved trials; each trial runs ``steps`` steps of every contender."""
@@ -175,7 +236,7 @@ def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warmup: int = 2,
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
-                      trainer: bool = True) -> dict[str, Any]:
+                      trainer: bool = True, sweep_mode: str = "auto") -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
     from types import SimpleNamespace
 
@@ -205,7 +266,9 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
     ref = ReferenceStep(G_r, opt_r, x_all, y_all, s, gens_r)
     G_f, opt_f, gens_f = _setup(dev, 0, capturable=dev.type == "cuda")
     fast = FastStep(G_f, opt_f, x_all, y_all, spec, gens_f)
-    contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast}
+    G_0, opt_0, gens_0 = _setup(dev, 0)
+    floor = GeneratorFloor(G_0, opt_0, n + ne, gens_0["model"])
+    contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast, "generator_floor": floor}
     if trainer:
         G_t, opt_t, gens_t = _setup(dev, 0)
         san = WholeBatchSanitizer(s["clip"], s["sigma"], n_private=n, generator=gens_t["noise"])
@@ -226,18 +289,32 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
                               "backend='tensorized', cost=||x-y||^2 (published default)), called twice per step; "
                               "hook sanitizer with .item(); one generator forward of n+n'",
     }
+    fl = res["generator_floor"]["steps_per_s"]
+    zf = G_0.sample_latent(n + ne, gens_0["model"])
+    flops = 3.0 * conv_flops(G_0, zf, G_0.sample_labels(n + ne, gens_0["model"]))  # forward + 2 backward
+    peak = matmul_rate(dev)
+    out["floor"] = {
+        "bound_over_reference": fl / res["reference"]["steps_per_s"],
+        "fast_share_of_floor": res["fast"]["steps_per_s"] / fl,
+        "conv_gflop_per_step": flops / 1e9,
+        "conv_gflops_at_floor": flops * fl / 1e9,
+        "matmul_gflops": peak / 1e9,
+        "note": "bound_over_reference = the largest fast/reference ratio any step with this generator can reach "
+                "here (its forward, backward and Adam alone); conv GFLOP/s at the floor vs a 2048^2 matmul's "
+                "rate says whether the floor is compute (near the matmul rate) or overhead (far below)",
+    }
     if "trainer" in res:
         out["ratio_fast_over_trainer"] = res["fast"]["steps_per_s"] / res["trainer"]["steps_per_s"]
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
     if sweep:
-        out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup)
+        out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode)
     load_after = os.getloadavg()
     out["loadavg_before"], out["loadavg_after"] = list(load_before), list(load_after)
     return out
 
 
 def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Tensor, s: dict[str, Any],
-                 steps: int, trials: int, warmup: int) -> dict[str, Any]:
+                 steps: int, trials: int, warmup: int, mode: str = "auto") -> dict[str, Any]:
     from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared, member_setup
     from dpsynth.methods.fast_step import FastStep
 
@@ -250,7 +327,7 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
                          eps=s["eps"], n_iter=s["n_iter"], scaling=s["scaling"], lr=s["lr"],
                          weight_decay=s["weight_decay"])
     members = [SweepMember(seed=i, m=float(i % 2), sigma=s["sigma"], clip=s["clip"]) for i in range(k)]
-    batched = BatchedSweep(shared, members, x_all, y_all)
+    batched = BatchedSweep(shared, members, x_all, y_all, forward_mode=mode)
     singles = []
     for mem in members:
         G, opt, gens = member_setup(shared, mem, dev)
@@ -263,21 +340,25 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
     res = _interleaved({"batched": batched.step, "sequential": one_after_another}, steps, trials, warmup, dev)
     # Each call advances all k configurations by one step: configuration-steps/s = k * calls/s.
     thr = {name: k * v["steps_per_s"] for name, v in res.items()}
-    return {"configs": k, "config_steps_per_s": thr, "trials": res,
+    return {"configs": k, "forward_mode": batched.forward_mode, "config_steps_per_s": thr, "trials": res,
             "ratio_batched_over_sequential": thr["batched"] / thr["sequential"],
             "members": [{"seed": m.seed, "m": m.m, "sigma": m.sigma, "clip": m.clip} for m in members]}
 
 
 def run_dp_sinkhorn(args: argparse.Namespace) -> int:
     out = bench_dp_sinkhorn(args.device, args.steps, args.trials, args.warmup, args.threads, args.sweep,
-                            args.records, trainer=not args.skip_trainer)
+                            args.records, trainer=not args.skip_trainer, sweep_mode=args.sweep_mode)
     r = out["steps"]
     line = ", ".join(f"{k} {v['steps_per_s']:.3f} steps/s" for k, v in r.items())
     print(f"[{out['device']}, {out['threads']} threads, load {out['loadavg_before'][0]:.2f}] {line}; "
           f"fast/reference = {out['ratio_fast_over_reference']:.2f}x")
+    fl = out["floor"]
+    print(f"floor: generator alone bounds fast/reference at {fl['bound_over_reference']:.2f}x; fast reaches "
+          f"{fl['fast_share_of_floor']:.0%} of the floor; convolutions {fl['conv_gflop_per_step']:.2f} GFLOP/step at "
+          f"{fl['conv_gflops_at_floor']:.0f} GFLOP/s vs matmul {fl['matmul_gflops']:.0f} GFLOP/s")
     if "sweep" in out:
         sw = out["sweep"]
-        print(f"sweep of {sw['configs']}: batched {sw['config_steps_per_s']['batched']:.3f} vs one-after-another "
+        print(f"sweep of {sw['configs']} ({sw['forward_mode']}): batched {sw['config_steps_per_s']['batched']:.3f} vs one-after-another "
               f"{sw['config_steps_per_s']['sequential']:.3f} config-steps/s = {sw['ratio_batched_over_sequential']:.2f}x")
     if args.json is not None:
         write_json(args.json, out)

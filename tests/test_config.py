@@ -172,7 +172,7 @@ def test_pipeline_targets_and_shared_warm_starts():
     raw["sweep_targets"] = ["pm_fmnist_quick", "gs_sigma", "gs_batch"]
     with pytest.raises(ConfigError, match="warmstarts: must list exactly"):
         parse_params(raw)
-    raw["warmstarts"] = {"gswgan_fmnist": "fashion_mnist", "gs_batch-batch_size16": "fashion_mnist"}
+    raw["warmstarts"] = {**raw["warmstarts"], "gs_batch-batch_size16": "fashion_mnist"}
     params = parse_params(raw)
     targets = params.pipeline_targets()
     assert {"dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p0.2-m1", "pm_fmnist_quick-p1.0-m1",

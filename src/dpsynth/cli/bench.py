@@ -238,6 +238,23 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
                       trainer: bool = True, sweep_mode: str = "auto") -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
+    if min(steps, trials) < 1 or warmup < 0:
+        raise ConfigError(f"bench: --steps and --trials must be >= 1 and --warmup >= 0, got {steps}, {trials}, {warmup}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DpsynthError("bench: --device cuda but no CUDA device is available")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"bench: --threads must be >= 1, got {threads}")
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _bench(device, steps, trials, warmup, sweep, records, trainer, sweep_mode)
+    finally:  # a caller in the same process (tests) keeps its own thread count
+        torch.set_num_threads(before)
+
+
+def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int, trainer: bool,
+           sweep_mode: str) -> dict[str, Any]:
     from types import SimpleNamespace
 
     from dpsynth.methods import dp_sinkhorn
@@ -245,14 +262,6 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
     from dpsynth.ot import make_cost
     from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
-    if min(steps, trials) < 1 or warmup < 0:
-        raise ConfigError(f"bench: --steps and --trials must be >= 1 and --warmup >= 0, got {steps}, {trials}, {warmup}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise DpsynthError("bench: --device cuda but no CUDA device is available")
-    if threads is not None:
-        if threads < 1:
-            raise ConfigError(f"bench: --threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
     dev = torch.device(device)
     s = _settings()
     s["records"] = records

@@ -26,11 +26,9 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpsynth.errors import PrivacyError
+from dpsynth.privacy import rdp_numeric
 
-# dp-accounting logs a warning (through absl) for every RDP order whose series does not
-# converge at small sigma and simply excludes that order -- correct and conservative, but
-# it floods training logs during sigma calibration. Keep errors, drop those warnings.
-logging.getLogger("absl").setLevel(logging.ERROR)
+_log = logging.getLogger(__name__)
 
 # TensorFlow Privacy's classic ``compute_dp_sgd_privacy`` orders (the papers' numbers).
 CLASSIC_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -115,11 +113,43 @@ def neighboring_relation(sampling: str) -> NeighboringRelation:
     return NeighboringRelation.REPLACE_ONE if sampling == "without_replacement" else NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
+class _NonConvergence(logging.Filter):
+    """Catches dp-accounting's "failed to converge ... Excluding this order" warning (and only it)
+    while one step's RDP is computed: the caller then recomputes that order numerically instead of
+    letting it drop out silently. Every other log record passes through untouched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "failed to converge" in str(record.msg) and "Excluding this order" in str(record.msg):
+            self.hits += 1
+            return False
+        return True
+
+
 @lru_cache(maxsize=4096)
 def _one_step_rdp_cached(sigma: float, q: float, sampling: str, orders: tuple[float, ...]) -> np.ndarray:
     acc = rdp_privacy_accountant.RdpAccountant(list(orders), neighboring_relation(sampling))
-    acc.compose(step_event(sigma, q, sampling))
-    out = acc.rdp
+    catcher = _NonConvergence()
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addFilter(catcher)
+    try:
+        acc.compose(step_event(sigma, q, sampling))
+    finally:
+        absl_logger.removeFilter(catcher)
+    out = np.array(acc.rdp, dtype=np.float64)
+    lost = [i for i, v in enumerate(out) if not math.isfinite(v)]
+    if lost and sampling == "poisson" and q < 1.0:
+        # The library's series did not converge at these orders (small sigma, alpha near 1) and it
+        # would drop them; integrate the same quantity numerically instead (rdp_numeric).
+        for i in lost:
+            out[i] = rdp_numeric.rdp_poisson_gaussian(q, sigma, float(orders[i]))
+    still = [float(orders[i]) for i, v in enumerate(out) if not math.isfinite(v)]
+    if still or (catcher.hits and not lost):
+        _log.warning("RDP at sigma=%g, q=%g (%s): orders %s could not be computed and are excluded "
+                     "(epsilon stays an upper bound, possibly a loose one)", sigma, q, sampling, still)
     out.setflags(write=False)
     return out
 

@@ -15,6 +15,7 @@ from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data import load_processed
 from dpsynth.errors import DataError, PrivacyError
 from dpsynth.methods import dp_sinkhorn
+from dpsynth.privacy.randomness import NoiseSource
 from dpsynth.methods.base import TrainContext, load_generator
 from dpsynth.ot import embed_with_labels, sinkhorn_divergence
 
@@ -40,8 +41,9 @@ def make_ctx(out: Path, data: Dataset, *, privacy: dict, steps: int | None = Non
                                      "hparams": hparams})
     preset = PRESET.model_copy(update={"train_steps": steps})
     train = Dataset(data.name, data.x_train, data.y_train, data.x_test[:0], data.y_test[:0], data.num_classes)
+    # reproducible noise: these tests compare runs bit for bit (secret mode is tested separately)
     return TrainContext("t", exp, preset, "smoke", 0, train, out, resolve_privacy(exp, preset), progress=False,
-                        checkpoint_every=4)
+                        checkpoint_every=4, noise=NoiseSource("reproducible", 0))
 
 
 def _eval_samples(G, n_per_class: int, num_classes: int, seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,3 +254,54 @@ def test_budget_guard_refuses_a_run_past_its_target(digits28, tmp_path):
     torch.save(state, ctx.checkpoint_path)
     with pytest.raises(PrivacyError):
         dp_sinkhorn.train(ctx)
+
+
+# --------------------------------------------------------------------------- secret noise (issue #15)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values(digits28, tmp_path, monkeypatch):
+    import csv
+    import shutil
+
+    kw = dict(privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1}, steps=10, batch_size=10, lr=1e-3)
+    runs = []
+    for name in ("a", "b"):
+        ctx = make_ctx(tmp_path / name, digits28, **kw)
+        ctx.noise = NoiseSource()  # the default: fresh OS entropy per run
+        dp_sinkhorn.train(ctx)
+        runs.append(ctx)
+    a, b = runs
+    # same configuration, same model seed: only the secret noise and sampling differ -> other weights
+    assert any(not torch.equal(x, y) for x, y in zip(_weights(a.generator_path).values(),
+                                                      _weights(b.generator_path).values()))
+    # released files: no seed for the noise, the mode stated, only public log columns
+    rep = json.loads(a.privacy_path.read_text())
+    assert rep["noise"]["mode"] == "secret" and rep["noise"]["private"] is True
+    assert "seed" not in json.dumps(rep["noise"])
+    with open(a.public_log_path, newline="") as fh:
+        public = list(csv.DictReader(fh))
+    assert public and set(public[0]) == {"step", "epsilon", "steps_per_s"}
+    # the private diagnostics (loss on real data, Poisson batch size, pre-clip norm) stay private
+    with open(a.log_path, newline="") as fh:
+        private = list(csv.DictReader(fh))
+    assert {"loss", "real_batch", "clean_norm"} <= set(private[0])
+    assert a.checkpoint_path.parent == a.log_path.parent != a.out_dir
+
+    # exact resume in secret mode: the secret generator states travel in the private checkpoint, so
+    # two resumes from one checkpoint give identical weights (but not those of an unrelated run)
+    c = make_ctx(tmp_path / "c", digits28, **kw)
+    c.noise = NoiseSource()
+    _run_killed_at(c, 7, monkeypatch)  # checkpoint at step 4
+    saved = tmp_path / "ckpt_copy.pt"
+    shutil.copy(c.checkpoint_path, saved)
+    dp_sinkhorn.train(c)
+    first = _weights(c.generator_path)
+    for f in (c.generator_path, c.privacy_path, c.public_log_path):
+        f.unlink()
+    shutil.copy(saved, c.checkpoint_path)
+    dp_sinkhorn.train(c)
+    assert all(torch.equal(first[k], v) for k, v in _weights(c.generator_path).items())

@@ -14,12 +14,16 @@ from dpsynth.errors import DataError
 from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
 from dpsynth.methods.base import save_generator
 from dpsynth.nets import build_generator
+from dpsynth.privacy.report import dp_sgd_report
 from tests.conftest import REPO, clear_pipeline, run_cli
 
 ARCH = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
                                     "image_size": 28}}
 META = {"num_classes": 10, "record_shape": [1, 28, 28], "output_range": "tanh", "sample_batch_size": 500}
-PRIVACY = {"mechanism": "test", "epsilon": {"rdp_classic": 9.5}, "headline": "rdp_classic"}
+# A real report: downstream stages recompute epsilon from the recorded mechanism and refuse a mismatch.
+PRIVACY = json.loads(json.dumps(dp_sgd_report(mechanism="dp_sinkhorn image-gradient (test)", sigma=1.1, batch_size=50,
+                                              dataset_size=1500, steps=200, delta=1e-5,
+                                              target_epsilon=10.0).to_dict()))
 
 
 @pytest.fixture
@@ -53,8 +57,39 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert res.returncode == 0, res.stderr
     m = json.loads((workdir / "results/runs/dps_digits/metrics.json").read_text())
     assert set(m["classifiers"]) == {"logreg", "mlp"} and m["privacy"] == PRIVACY
-    assert m["fid"]["available"] is False and m["fid"]["fid"] is None and "downloading is disabled" in m["fid"]["reason"]
+    fid = m["fid"]  # a number from the offline extractor when it is installed, else "unavailable" with a reason
+    assert (fid["available"] is True and fid["mean"] > 0) or (fid["available"] is False and fid["fid"] is None
+                                                             and fid["reason"])
     assert 0.0 <= m["classifiers"]["logreg"]["mean"] <= 1.0 and m["scale"] == "smoke"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["epsilon"].update(rdp_classic=0.5), "epsilon['rdp_classic'] = 0.5 but the recorded mechanism gives"),
+    (lambda r: r.update(sigma=2 * r["sigma"]), "epsilon['rdp_classic']"),
+    (lambda r: r.update(steps=r["steps"] * 10), "epsilon['rdp_classic']"),
+    (lambda r: r["epsilon"].pop("rdp_modern"), "lists conventions"),
+    (lambda r: r.update(target_epsilon=0.1), "exceeds the run's target"),
+])
+def test_sample_refuses_a_privacy_report_that_disagrees_with_its_mechanism(workdir, edit, message):
+    # issue #15: a hand-lowered epsilon flowed into the published tables; now sample refuses it by name
+    rep = json.loads((workdir / "models/dps_digits/privacy.json").read_text())
+    edit(rep)
+    (workdir / "models/dps_digits/privacy.json").write_text(json.dumps(rep))
+    res = run_cli("sample", "dps_digits", cwd=workdir)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "models/dps_digits/privacy.json" in res.stderr and message in res.stderr, res.stderr
+    assert not (workdir / "data/synthetic/dps_digits").exists()
+
+
+def test_evaluate_refuses_synthetic_data_whose_report_was_edited(workdir):
+    assert run_cli("sample", "dps_digits", cwd=workdir).returncode == 0
+    path = workdir / "data/synthetic/dps_digits/seed0.npz"
+    x, y, rep = load_synthetic(path, (1, 28, 28), 10)
+    rep["epsilon"]["rdp_classic"] = 1.0
+    write_synthetic(path, x, y, 10, rep, {"experiment": "dps_digits"})
+    res = run_cli("evaluate", "dps_digits", cwd=workdir)
+    assert res.returncode == 2 and "seed0.npz" in res.stderr and "refusing" in res.stderr, res.stderr
+    assert not (workdir / "results/runs/dps_digits/metrics.json").exists()
 
 
 def test_sampling_is_deterministic_and_balanced():

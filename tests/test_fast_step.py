@@ -149,7 +149,10 @@ def test_fast_step_matches_dp_sinkhorn_train_weights(tmp_path):
                                      "privacy": {"epsilon": 10, "delta": 1e-5, "sigma": 1.1},
                                      "hparams": {"batch_size": 10, "lr": lr, "weight_decay": 2e-5, "p": 0.2}})
     preset = ScalePreset(n_synthetic=10, n_synthetic_sets=1, classifier_max_epochs=1, fid_samples=10, train_steps=2)
-    ctx = TrainContext("t", exp, preset, "smoke", 0, data, tmp_path, resolve_privacy(exp, preset), progress=False)
+    from dpsynth.privacy.randomness import NoiseSource
+
+    ctx = TrainContext("t", exp, preset, "smoke", 0, data, tmp_path, resolve_privacy(exp, preset), progress=False,
+                       noise=NoiseSource("reproducible", 0))  # the same seeded streams as _setup
     dp_sinkhorn.train(ctx)
     state = torch.load(ctx.checkpoint_path, weights_only=False)
     spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,

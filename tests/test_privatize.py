@@ -34,10 +34,11 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _params(root: Path, experiments: dict, path: Path | None = None):
+def _params(root: Path, experiments: dict, path: Path | None = None, noise: str = "reproducible"):
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["data"]["root"] = str(root)
     raw["scale"] = "smoke"
+    raw["privacy_noise"] = noise
     raw["experiments"] = {**raw["experiments"], **experiments}
     if path is not None:
         path.write_text(yaml.safe_dump(raw))
@@ -71,7 +72,9 @@ def test_gaussian_report_matches_mechanism_and_is_deterministic(data_root: Path)
     # noise; it is the epsilon at which eq. (5) with sensitivity R gives back this noise scale.
     assert rep["epsilon_paper_convention"] < rep["epsilon"]
     assert _eq5_sigma(rep["epsilon_paper_convention"], 1e-4, 1.0) == pytest.approx(rep["noise_scale"], rel=1e-9)
-    assert rep["seed"] == 7 and rep["num_records"] == 400000 and rep["dim"] == 2
+    assert rep["num_records"] == 400000 and rep["dim"] == 2
+    assert rep["noise"]["mode"] == "reproducible" and rep["noise"]["private"] is False
+    assert rep["noise"]["label"] == "reproducible noise - not private"
 
     ds = load_processed(npz)
     clean = load_processed(data_root / "processed" / "manifold2d_half_circle.npz")
@@ -83,7 +86,7 @@ def test_gaussian_report_matches_mechanism_and_is_deterministic(data_root: Path)
     assert noise.std() == pytest.approx(rep["noise_scale"], rel=0.01)
     assert abs(noise.mean()) < 5 * rep["noise_scale"] / math.sqrt(noise.size)
 
-    # deterministic given the seed: the same bytes again; another seed gives other noise
+    # reproducible mode: deterministic given the seed, the same bytes again; another seed gives other noise
     first = ds.x_train.copy()
     privatize(params, "g")
     assert np.array_equal(load_processed(npz).x_train, first)
@@ -160,3 +163,38 @@ def test_bad_inputs_fail_with_clear_errors(data_root: Path, tmp_path: Path) -> N
     pfile.write_text(yaml.safe_dump(raw))
     r = run_cli("privatize", "nolocal", "--params", str(pfile))
     assert r.returncode == 2 and "local" in r.stderr
+
+
+def _keys(obj: object) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _keys(v)}
+    return set()
+
+
+def test_default_secret_noise_differs_between_runs_and_no_seed_is_released(data_root: Path) -> None:
+    # issue #15: with seed 0 in the released JSON the noise was regenerated and every record recovered.
+    # Secret mode (params.yaml's default) draws from OS entropy: two runs of the same configuration
+    # differ, and the released report holds no seed (nor a hash of the private data).
+    assert yaml.safe_load((REPO / "params.yaml").read_text())["privacy_noise"] == "secret"
+    params = _params(data_root, {"g": GAUSS}, noise="secret")
+    rep = privatize(params, "g")
+    npz, js = privatized_paths(data_root, "g")
+    first = load_processed(npz).x_train.copy()
+    privatize(params, "g")
+    second = load_processed(npz).x_train
+    assert not np.array_equal(first, second)
+    # each is still the mechanism: same noise level, different draws (800,000 coordinates each)
+    clean = project_l2_ball(to_records(load_processed(data_root / "processed" / "manifold2d_half_circle.npz").x_train), 1.0)
+    for x in (first, second):
+        assert (x.astype(np.float64) - clean).std() == pytest.approx(rep["noise_scale"], rel=0.01)
+    released = read_json(js)
+    assert not any("seed" in k.lower() for k in _keys(released))
+    assert "sha256" not in json_text(js)
+    assert released["noise"] == {"mode": "secret", "private": True, "source": released["noise"]["source"]}
+    assert "entropy" in released["noise"]["source"]
+
+
+def json_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")

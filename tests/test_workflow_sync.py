@@ -274,7 +274,7 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
         gs = json.loads((d / "results/runs/gswgan_fmnist/metrics.json").read_text())
         assert gs["method"] == "gs_wgan" and gs["privacy"]["headline"].startswith("sound")
         assert {"sound.rdp_classic", "as_published.rdp_classic"} <= set(gs["privacy"]["epsilon"])
-        ws = json.loads((d / "models/warmstart/gswgan_fmnist/warmstart.json").read_text())
+        ws = json.loads((d / "private/warmstart/gswgan_fmnist/warmstart.json").read_text())
         assert ws["settings"]["n_critics"] == 4 and ws["steps"] == 5  # the smoke preset's N_d and warm-up
         cell = json.loads((d / "results/runs/pm_fmnist_quick-p1.0-m1/metrics.json").read_text())
         assert cell["train"]["hparams"]["p"] == 1.0 and cell["train"]["hparams"]["m"] == 1

@@ -307,7 +307,7 @@ class Target(_Strict):
     dataset: Name
     data: str
     warmstart: Name | None = Field(default=None, description="GS-WGAN: the warm start it trains from "
-                                   "(models/warmstart/<name>); checked")
+                                   "(private/warmstart/<name>); checked")
 
 
 #: Hyperparameters that shape GS-WGAN's warm-started critics: cells of a sweep that leave them
@@ -351,6 +351,9 @@ class Params(_Strict):
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
     threads: int = Field(default=1, ge=1, le=256, description="CPU threads per job; results depend on it "
                          "(float summation order), so it is part of the configuration")
+    privacy_noise: Literal["secret", "reproducible"] = Field(
+        default="secret", description="secret: privacy noise and sampling from fresh OS entropy (the only private "
+        "mode); reproducible: derived from the seeds, bit-identical reruns, every output labelled not private")
     data: DataSettings = DataSettings()
     evaluation: EvaluationSettings = EvaluationSettings()
     datasets: list[Name]

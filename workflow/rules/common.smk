@@ -30,7 +30,7 @@ def train_data(wildcards):
     inputs = [f"data/processed/{exp.dataset}.npz"]
     if exp.method == "gs_wgan":
         name = PARAMS.warmstart_name(wildcards.experiment)
-        inputs.append(f"models/warmstart/{name}/critics.pt")
+        inputs.append(f"private/warmstart/{name}/critics.pt")
     return inputs
 
 

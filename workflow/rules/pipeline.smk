@@ -22,8 +22,8 @@ rule warmstart:
     input:
         experiment_dataset,
     output:
-        critics="models/warmstart/{experiment}/critics.pt",
-        info="models/warmstart/{experiment}/warmstart.json",
+        critics="private/warmstart/{experiment}/critics.pt",
+        info="private/warmstart/{experiment}/warmstart.json",
     log:
         "logs/warmstart/{experiment}.log",
     params:

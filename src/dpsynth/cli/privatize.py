@@ -2,17 +2,19 @@
 
 Reads ``{data.root}/processed/{dataset}.npz``, maps the training records to the method's
 record space (``entropic_wgan.to_records``: images to [-1, 1], flattened), applies the
-experiment's ``local:`` mechanism with its recorded seed, and writes
+experiment's ``local:`` mechanism with noise from fresh OS entropy (``privacy_noise: secret``, the
+default; ``reproducible`` uses ``local.seed`` and labels the output not private), and writes
 
 - ``{data.root}/privatized/{experiment}.npz``: ``x_train`` float32 (N, D) privatized records
   (DCT coefficients when ``local.dct``), ``y_train``, an EMPTY test split, ``num_classes``;
 - ``{data.root}/privatized/{experiment}.json``: the privacy report (epsilon, delta, radius,
-  both sensitivity conventions, noise scale, seed, record count, record space).
+  both sensitivity conventions, noise scale, noise mode, record count, record space) -- never a seed.
 
 Only the privatized records flow on: the train stage reads this file, never the processed
 one, for experiments with ``local:``. The test split is dropped here (the evaluation reads
 the clean test split from the processed file itself). The stale JSON is removed first and
-written last, so a JSON always describes a complete npz. The same seed gives the same bytes.
+written last, so a JSON always describes a complete npz. Two secret runs give different noise;
+two reproducible runs the same bytes.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def privatize(params: Params, experiment: str) -> dict[str, Any]:
     from dpsynth import __version__
     from dpsynth.data.dataset import load_processed
     from dpsynth.data.registry import get_spec
-    from dpsynth.io import sha256_stream, write_json, write_npz
+    from dpsynth.io import write_json, write_npz
     from dpsynth.methods.entropic_wgan import loss_spec_for, to_records
     from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
+    from dpsynth.privacy.randomness import NoiseSource
 
     experiments = params.all_experiments()
     if experiment not in experiments:
@@ -55,27 +58,28 @@ def privatize(params: Params, experiment: str) -> dict[str, Any]:
     src = root / "processed" / f"{exp.dataset}.npz"
     data = load_processed(src)
     records = to_records(data.x_train)
+    noise = NoiseSource(params.privacy_noise, local.seed if params.privacy_noise == "reproducible" else None)
+    rng = noise.numpy_rng(0)
     if local.mechanism == "laplace":
-        y, rep = laplace_mechanism(records, local.radius, local.epsilon, local.seed,
+        y, rep = laplace_mechanism(records, local.radius, local.epsilon, rng,
                                    dct_image_shape=record_shape if local.dct else None,
                                    dct_quantile=local.dct_quantile)
     else:
         assert local.delta is not None  # enforced by config.LocalMechanism
-        y, rep = gaussian_mechanism(records, local.radius, local.epsilon, local.delta, local.seed)
-    with open(src, "rb") as fh:
-        src_sha = sha256_stream(fh)
+        y, rep = gaussian_mechanism(records, local.radius, local.epsilon, local.delta, rng)
     report = {
         "experiment": experiment,
         "dataset": exp.dataset,
         **rep.to_dict(),
         "sensitivity_paper_convention": rep.radius,
-        "seed": local.seed,
+        "noise": noise.describe(),
         "record_shape": list(record_shape),
         "record_space": "images mapped to [-1, 1] and flattened (C*H*W)" if len(record_shape) == 3
                         else "points as generated",
         "domain": "dct" if local.dct else ("pixels" if len(record_shape) == 3 else "points"),
         "projection": "l1 ball" if local.mechanism == "laplace" else "l2 ball",
-        "source": {"path": str(src), "sha256": src_sha},
+        # the source's path only: a hash of the private data would let anyone confirm a guessed dataset
+        "source": {"path": str(src)},
         "note": "epsilon uses the sound sensitivity 2R (diameter of the ball); epsilon_paper_convention "
                 "is what the paper's sensitivity R would claim for the same noise",
         "dpsynth_version": __version__,

@@ -25,7 +25,9 @@ def _sample(args: argparse.Namespace) -> int:
     if not privacy_path.is_file():
         raise DpsynthError(f"{privacy_path}: missing privacy report; refusing to sample from a generator "
                            f"whose guarantee is unknown")
-    privacy = read_json(privacy_path)
+    from dpsynth.privacy.verify import verify_report
+
+    privacy = verify_report(read_json(privacy_path), str(privacy_path))  # recomputed, never trusted
     G, meta = load_generator(model_dir / GENERATOR_FILE)
     gen_hash = sha256_file(model_dir / GENERATOR_FILE)
     out_dir = Path(args.out) / args.experiment

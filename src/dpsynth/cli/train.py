@@ -27,7 +27,8 @@ def build_context(args: argparse.Namespace):
     from dpsynth.config import apply_preset, resolve_privacy
     from dpsynth.data.dataset import Dataset, load_processed
     from dpsynth.methods.base import TrainContext, subset_indices
-    from dpsynth.paths import warmstart_dir
+    from dpsynth.paths import private_run_dir, warmstart_dir
+    from dpsynth.privacy.randomness import NoiseSource
 
     params = params_from_args(args)
     apply_threads(params)
@@ -54,8 +55,10 @@ def build_context(args: argparse.Namespace):
         name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
         data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
         device=device, progress=not args.no_progress, scale_overrides=overrides,
-        warmstart_dir=(warmstart_dir(args.out, params.warmstart_name(args.experiment))
+        warmstart_dir=(warmstart_dir(args.private_out, params.warmstart_name(args.experiment))
                        if exp.method == "gs_wgan" else None),
+        noise=NoiseSource(params.privacy_noise, seed if params.privacy_noise == "reproducible" else None),
+        private_dir=private_run_dir(args.private_out, args.experiment),
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
     )
 
@@ -95,7 +98,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("experiment")
     add_params_arg(p)
     p.add_argument("--seed", type=int, default=None, help="training seed (default: first of params seeds)")
-    p.add_argument("--out", default="models", help="models directory (default: models)")
+    p.add_argument("--out", default="models", help="models directory, what may be released (default: models)")
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private directory: checkpoints, diagnostics, warm starts; never release it (default: private)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",

@@ -1,10 +1,11 @@
 """`dpsynth warmstart EXPERIMENT`: warm-start a GS-WGAN experiment's N_d critics (non-private).
 
-Writes ``{out}/warmstart/{name}/critics.pt`` (+ ``warmstart.json``), ``name`` being the
+Writes ``{private}/warmstart/{name}/critics.pt`` (+ ``warmstart.json``), ``name`` being the
 experiment -- or, for a sweep cell that leaves the critics' settings alone (a sigma sweep), its
 base, so the whole sweep reuses one warm start. The artifact records the settings and the data
 fingerprint; training refuses a warm start that does not match. ``--print-path`` prints the
-directory without training.
+directory without training. The critics are trained WITHOUT noise on the private data, so they
+live under the private root (default ``private/``) and are never released.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def _warmstart(args: argparse.Namespace) -> int:
     )
 
     args.checkpoint_every = None  # build_context is shared with `train`; a warm start has no checkpoints
+    args.out = "models"  # unused: a warm start writes only under --private-out
     ctx = build_context(args)
     if ctx.experiment.method != "gs_wgan":
         raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}; "
@@ -69,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("experiment")
     add_params_arg(p)
     p.add_argument("--seed", type=int, default=None, help="run seed: fixes the shards (default: first of params seeds)")
-    p.add_argument("--out", default="models", help="models directory (default: models)")
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private directory the critics go to (default: private); never release it")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--chunk", type=int, default=None, help="critics trained at once (default: all; lower it to bound memory)")
     p.add_argument("--compare-loop", type=int, default=0, metavar="STEPS",

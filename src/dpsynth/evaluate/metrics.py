@@ -66,7 +66,18 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
         return {"available": False, "fid": None, "reason": bad.get("reason"), "reference_split": "test"}
     return {"available": True, **mean_std([r["fid"] for r in records]), "reference_split": "test",
             "n_synthetic": int(min(n_samples, len(sets[0]))), "n_reference": int(len(ref)),
+            "extractor": extractor.extractor, "feature_extractor": extractor.extractor_name,
             "weights_path": str(path), "weights_sha256": extractor.weights_sha256}
+
+
+def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_download: bool,
+                  timeout: float) -> dict[str, Any]:
+    """The "Real data" row's FID: the real training split vs the real test split, the floor any
+    generator's FID (same reference, same counts) is read against."""
+    if not real.is_image:
+        return {"available": False, "fid": None, "reason": "not an image dataset"}
+    return {**fid_scores([real.x_train], real, n_samples=n_samples, weights=weights,
+                         allow_download=allow_download, timeout=timeout), "compared_split": "train"}
 
 
 def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str, Any]:
@@ -96,6 +107,10 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
         from dpsynth.errors import DataError
 
         raise DataError(f"synthetic sets {', '.join(map(str, paths))} carry different privacy reports")
+    if reports:
+        from dpsynth.privacy.verify import verify_report
+
+        verify_report(reports[0], f"{paths[0]} (privacy report inside)")
     sets = [(x, y) for x, y, _ in loaded]
     t1 = time.perf_counter()
     if conditional:

@@ -5,8 +5,15 @@ and writes into ``ctx.out_dir``:
 
 - ``generator.pt``  the released generator (``save_generator``), loadable without the method;
 - ``privacy.json``  its privacy report (``dpsynth.privacy.report``);
-- ``train_log.csv`` one row per logged step (``TrainLog``);
-- ``checkpoint.pt`` the full training state for an exact resume (``Checkpointer``).
+- ``train_log.csv`` the RELEASABLE log: step, epsilon spent, speed (``write_public_log``);
+
+and into ``ctx.private_dir`` (never released, never a workflow output):
+
+- ``diagnostics.csv`` one row per logged step with everything the method logs (``TrainLog``):
+  losses on real batches, Poisson batch sizes, pre-clip norms -- computed on private data
+  without noise, so private;
+- ``checkpoint.pt`` the full training state for an exact resume (``Checkpointer``), including
+  the secret noise generators' states.
 
 Resuming must give bit-identical weights and the same spent budget as an uninterrupted
 run, so a checkpoint holds every RNG the step consumes (torch global, numpy, python,
@@ -34,12 +41,16 @@ import torch
 from dpsynth.config import Experiment, ScalePreset
 from dpsynth.data.dataset import Dataset
 from dpsynth.errors import DpsynthError
+from dpsynth.privacy.randomness import NoiseSource
 from dpsynth.io import atomic_path
 
 GENERATOR_FILE = "generator.pt"
 PRIVACY_FILE = "privacy.json"
-LOG_FILE = "train_log.csv"
-CHECKPOINT_FILE = "checkpoint.pt"
+LOG_FILE = "train_log.csv"  # released: PUBLIC_LOG_FIELDS only
+DIAGNOSTICS_FILE = "diagnostics.csv"  # private
+CHECKPOINT_FILE = "checkpoint.pt"  # private
+#: Columns of the released log: functions of the mechanism's parameters and the clock, not the data.
+PUBLIC_LOG_FIELDS = ("step", "epsilon", "steps_per_s")
 
 
 @dataclass
@@ -60,6 +71,8 @@ class TrainContext:
     max_steps_this_run: int | None = None  # for tests: stop early (as if killed) after this many steps
     scale_overrides: dict[str, Any] = field(default_factory=dict)  # hyperparameters the scale changed
     warmstart_dir: Path | None = None  # GS-WGAN: the warm-started critics this run trains from
+    noise: NoiseSource = field(default_factory=NoiseSource)  # privacy-relevant randomness (secret by default)
+    private_dir: Path | None = None  # checkpoint + diagnostics; default: out_dir / "private"
 
     @property
     def generator_path(self) -> Path:
@@ -70,12 +83,21 @@ class TrainContext:
         return self.out_dir / PRIVACY_FILE
 
     @property
+    def private_path(self) -> Path:
+        return self.private_dir if self.private_dir is not None else self.out_dir / "private"
+
+    @property
     def log_path(self) -> Path:
+        """The private diagnostics log (every logged value)."""
+        return self.private_path / DIAGNOSTICS_FILE
+
+    @property
+    def public_log_path(self) -> Path:
         return self.out_dir / LOG_FILE
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.out_dir / CHECKPOINT_FILE
+        return self.private_path / CHECKPOINT_FILE
 
 
 # --------------------------------------------------------------------------- generator artifact
@@ -142,6 +164,7 @@ def config_fingerprint(ctx: TrainContext) -> str:
     h.update(json.dumps({
         "experiment": ctx.experiment.model_dump(mode="json"), "privacy_plan": ctx.privacy_plan,
         "preset": ctx.preset.model_dump(mode="json"), "seed": ctx.seed, "threads": torch.get_num_threads(),
+        "noise": ctx.noise.mode,
         "x": [list(ctx.data.x_train.shape), str(ctx.data.x_train.dtype)],
     }, sort_keys=True, default=str).encode())
     h.update(np.ascontiguousarray(ctx.data.x_train).tobytes())
@@ -199,6 +222,7 @@ class TrainLog:
     def __init__(self, path: Path, fields: list[str], resume_step: int | None,
                  rows: list[dict[str, str]] | None = None) -> None:
         self.path, self.fields = Path(path), ["step", *fields]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = []
         if resume_step is not None:
             if rows is None and self.path.is_file():
@@ -227,6 +251,15 @@ class TrainLog:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def write_public_log(rows: list[dict[str, Any]], path: Path, fields: tuple[str, ...] = PUBLIC_LOG_FIELDS) -> None:
+    """The released training log: only the columns that are not computed on private data."""
+    with atomic_path(Path(path), suffix=".csv") as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
 
 
 # --------------------------------------------------------------------------- preemption

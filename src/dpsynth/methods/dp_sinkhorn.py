@@ -36,6 +36,7 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    write_public_log,
 )
 from dpsynth.nets import build_generator
 from dpsynth.ot import FeatureAugmentedCost, embed_with_labels, entropic_ot, make_cost, num_extra
@@ -185,9 +186,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         phis = [FeatureExtractor(ctx.data.x_train.shape[1]).to(dev) for _ in range(parts_np.shape[0])]
         adv = {"parts": torch.from_numpy(parts_np).to(dev), "phis": phis, "opts": {},
                "lr": h.feature_lr or h.lr, "image_shape": tuple(ctx.data.record_shape)}
-    g_model = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1)  # latents, labels
-    g_data = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 2)  # Poisson sampling
-    g_noise = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 3)  # sanitizer noise
+    g_model = torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1)  # latents, labels (not secret)
+    g_data = ctx.noise.torch_generator(dev, 2)  # Poisson sampling / partition choice: secret
+    g_noise = ctx.noise.torch_generator(dev, 3)  # sanitizer noise: secret
     gens = {"model": g_model, "data": g_data, "noise": g_noise}
 
     clip_param = 1.0  # DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1
@@ -214,7 +215,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                 adv["opts"][j].load_state_dict(sd)
         if guard is not None:
             guard = BudgetGuard.from_state_dict(state["guard"])
-        if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
+        if state.get("done") and all(p.is_file() for p in (ctx.generator_path, ctx.privacy_path, ctx.public_log_path)):
             return {"experiment": ctx.name, "steps": step, "resumed": True, "already_done": True, "sigma": sigma}
 
     log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
@@ -257,6 +258,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         log.close()
         if san_par is not None:
             san_par.remove()
+    rows = log.snapshot()
 
     elapsed = time.perf_counter() - t_start
     rate = (step - steps_start) / max(elapsed, 1e-9)
@@ -274,7 +276,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                                               "sinkhorn_scaling": h.sinkhorn_scaling,
                                               "adversarial": h.adversarial,
                                               "partitions": None if adv is None else len(adv["phis"])})
+    report.noise = ctx.noise.describe()
     save_generator(ctx.generator_path, G, arch, meta)
+    write_public_log(rows, ctx.public_log_path)
     report.write(ctx.privacy_path)
     save_checkpoint(done=True)
     return {"experiment": ctx.name, "steps": step, "sigma": sigma, "steps_per_s_this_run": round(rate, 2),

@@ -50,6 +50,7 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    write_public_log,
 )
 from dpsynth.nets import build_generator
 from dpsynth.nets.base import Generator
@@ -344,15 +345,16 @@ def _privacy_report(ctx: TrainContext, noise: dict[str, Any], n_records: int) ->
         mechanism=f"local_{local.mechanism}", sigma=noise["noise_scale"], delta=noise["delta"],
         epsilon={"sound": noise["epsilon"], "paper_convention": noise["epsilon_paper_convention"]},
         headline="sound", dataset_size=n_records,
-        extra={"local": {**noise, "dct": local.dct, "dct_quantile": local.dct_quantile if local.dct else None,
-                         "seed": local.seed},
+        noise=ctx.noise.describe(),
+        extra={"local": {**noise, "dct": local.dct, "dct_quantile": local.dct_quantile if local.dct else None},
                "note": "epsilon-LDP of each record from the privatize stage; training is post-processing "
                        "of the privatized records, so no accountant is involved (seed 003, Remark 1)"},
     )
 
 
 def train(ctx: TrainContext) -> dict[str, Any]:
-    """Train (or resume) the experiment's generator; write generator.pt, privacy.json, train_log.csv."""
+    """Train (or resume) the experiment's generator; write generator.pt, privacy.json, train_log.csv
+    (the loss is computed on privatized records only, so the whole log is releasable)."""
     exp, hp = ctx.experiment, ctx.experiment.hparams
     record_shape = _record_shape(ctx)
     spec = loss_spec_for(exp, record_shape)
@@ -365,7 +367,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                         f"{x.shape} -- run `dpsynth privatize {ctx.name}` first")
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
-    if state is not None and state.get("done") and ctx.generator_path.is_file():
+    if state is not None and state.get("done") and ctx.generator_path.is_file() and ctx.public_log_path.is_file():
         return dict(state["summary"], already_done=True)
 
     arch = generator_arch(hp.generator, record_shape)
@@ -408,6 +410,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
             "sample_batch_size": trainer.batch, "unconditional": True,
             "record_space": "images in [-1, 1]" if len(record_shape) == 3 else "points", "loss": asdict(spec)}
     save_generator(ctx.generator_path, gen, arch, meta)
+    # Training sees only locally privatized records, so its loss is post-processing: released in full.
+    write_public_log(log.snapshot(), ctx.public_log_path, fields=("step", "loss"))
     _privacy_report(ctx, noise, len(x)).write(ctx.privacy_path)
     summary = {
         "method": "entropic_wgan", "steps": step, "loss_name": spec.loss, "final_loss": loss, "p": spec.p,

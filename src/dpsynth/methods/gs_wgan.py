@@ -40,6 +40,7 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    write_public_log,
 )
 from dpsynth.methods.gswgan_critics import (
     CriticBank,
@@ -78,7 +79,7 @@ def validate(ctx: TrainContext) -> None:
 
 
 def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Path]:
-    """The critic settings of this run and its warm-start directory (``models/warmstart/<name>``:
+    """The critic settings of this run and its warm-start directory (``private/warmstart/<name>``:
     a static path the workflows name; the artifact records the settings and training checks them)."""
     if ctx.warmstart_dir is None:
         raise ConfigError(f"{ctx.name}: no warm-start directory in the training context")
@@ -211,8 +212,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     G = G.to(dev).train()
     G_ema = copy.deepcopy(G)
     opt = torch.optim.Adam(G.parameters(), lr=h.lr, betas=tuple(h.betas))
-    gens = {name: torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + i)
-            for i, name in enumerate(("pick", "data", "noise"), start=11)}
+    # critic pick (the subsampling), real/fake batches and sanitizer noise: all secret by default
+    gens = {name: ctx.noise.torch_generator(dev, i) for i, name in enumerate(("pick", "data", "noise"), start=11)}
     sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None
 
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
@@ -220,7 +221,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     step = 0
     if state is not None:
         step = state["step"]
-        if state.get("done") and ctx.generator_path.is_file() and ctx.privacy_path.is_file():
+        if state.get("done") and all(p.is_file() for p in (ctx.generator_path, ctx.privacy_path, ctx.public_log_path)):
             return {"experiment": ctx.name, "steps": step, "already_done": True, "sigma": sigma}
         G.load_state_dict(state["generator"])
         G_ema.load_state_dict(state["generator_ema"])
@@ -264,6 +265,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     finally:
         bar.close()
         log.close()
+    rows = log.snapshot()
 
     rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
     if step < total_steps:  # stopped early on purpose (tests simulate a kill this way)
@@ -276,6 +278,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     G_ema.eval()
     save_generator(ctx.generator_path, G_ema, arch, meta)
     report = final_report(ctx, sigma, step, n_d, schedule, settings)
+    write_public_log(rows, ctx.public_log_path)
     report.write(ctx.privacy_path)
     save_checkpoint(done=True)
     return {"experiment": ctx.name, "steps": step, "sigma": sigma, "n_critics": n_d, "schedule": schedule,
@@ -287,15 +290,16 @@ def final_report(ctx: TrainContext, sigma: float | None, steps: int, n_d: int, s
     """privacy.json: both accountings for a private run; an explicit 'not private' record otherwise."""
     h = ctx.experiment.hparams
     extra = {"experiment": ctx.name, "scale": ctx.scale, "schedule_accounting": schedule,
-             "warmstart": {k: settings[k] for k in ("n_critics", "warmup_steps", "seed")},
+             "warmstart": {k: settings[k] for k in ("n_critics", "warmup_steps")},
              "note": "headline = sound (one subsampled Gaussian of multiplier sigma/sqrt(B) per step); "
                      "as_published = the paper's per-sample count"}
     if sigma is None:
         return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0, epsilon={"non_private": math.inf},
                              headline="non_private", steps=steps, dataset_size=len(ctx.data.x_train),
-                             batch_size=h.batch_size, shards=n_d, extra=extra)
+                             batch_size=h.batch_size, shards=n_d, extra=extra, noise=ctx.noise.describe())
     plan = ctx.privacy_plan
     rep = gswgan_report(sigma=sigma, shards=n_d, batch_size=h.batch_size, steps=steps, delta=plan["delta"],
                         dataset_size=len(ctx.data.x_train), clip=h.clip, target_epsilon=plan["epsilon"])
     rep.extra.update(extra)
+    rep.noise = ctx.noise.describe()
     return rep

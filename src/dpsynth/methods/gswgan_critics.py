@@ -319,7 +319,7 @@ def load_critics(directory: Path, settings: dict[str, Any], fingerprint: str, de
     path = Path(directory) / CRITICS_FILE
     if not path.is_file():
         raise DpsynthError(f"{path}: warm-started critics not found; run `dpsynth warmstart {experiment}` "
-                           "(with the same --params/--scale/--seed/--out) before `dpsynth train`")
+                           "(with the same --params/--scale/--seed/--private-out) before `dpsynth train`")
     try:
         blob = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # torch raises several unrelated types for a corrupt file

@@ -54,6 +54,7 @@ class PrivacyReport:
     clip: float | None = None
     target_epsilon: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] = field(default_factory=dict)  # NoiseSource.describe(): secret or reproducible
     versions: dict[str, str] = field(default_factory=library_versions)
     report_version: int = REPORT_VERSION
 

@@ -70,6 +70,10 @@ def read_run(path: Path, name: str) -> Run | None:
         raise DataError(f"{path}: not a readable metrics file: {exc}") from None
     if not isinstance(metrics, dict):
         raise DataError(f"{path}: expected a JSON object, got {type(metrics).__name__}")
+    if metrics.get("privacy") is not None:  # real-data rows have none; everything else is recomputed
+        from dpsynth.privacy.verify import verify_report
+
+        verify_report(metrics["privacy"], f"{path} (its 'privacy' report)")
     return Run(name, path, metrics)
 
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Mutation check of the privacy wiring tests (issue #15): apply each mutation to the source, run
+tests/test_privacy_wiring.py (and the secret-noise test), report which test caught it, restore the source.
+Usage: .venv/bin/python scripts/privacy-mutations.py [INDEX ...]"""
+import subprocess, sys, pathlib
+R = pathlib.Path(__file__).resolve().parents[1]
+M = [
+ ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+  "WholeBatchSanitizer(h.clip, sigma, n_private=n", "WholeBatchSanitizer(h.clip, sigma / 2, n_private=n"),
+ ("q/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+  "loss, k = _step(G, opt, x_all, y_all, n, n_extra, q,", "loss, k = _step(G, opt, x_all, y_all, n, n_extra, q / 2,"),
+ ("q x2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+  "loss, k = _step(G, opt, x_all, y_all, n, n_extra, q,", "loss, k = _step(G, opt, x_all, y_all, n, n_extra, 2 * q,"),
+ ("clip x2 (whole-batch sanitizer)", "src/dpsynth/privacy/sanitizers.py",
+  "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)", "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), 2 * self.clip)"),
+ ("clip skipped (whole-batch sanitizer)", "src/dpsynth/privacy/sanitizers.py",
+  "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)", "priv, priv_norm = flat[:, :n].reshape(t, -1), torch.linalg.vector_norm(flat[:, :n].reshape(t, -1).double(), dim=1)"),
+ ("noise on the wrong tensor (n' extra images, not the n private)", "src/dpsynth/privacy/sanitizers.py",
+  "        released = priv + noise\n        extra_norm", "        released = priv\n        extra_norm"),
+ ("noise on the wrong tensor (before the clip, param ablation)", "src/dpsynth/privacy/sanitizers.py",
+  "        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)\n        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)\n        released = clipped + noise",
+  "        noise = _noise(grads.reshape(grads.shape[0], -1).shape, self.noise_std, self.generator, grads)\n        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1) + noise, self.clip)\n        released = clipped"),
+ ("sigma/2 in the param ablation", "src/dpsynth/methods/dp_sinkhorn.py",
+  "ParamGradSanitizer(list(G.parameters()), clip_param, sigma,", "ParamGradSanitizer(list(G.parameters()), clip_param, sigma / 2,"),
+ ("sigma/2 in the GS-WGAN step", "src/dpsynth/methods/gs_wgan.py",
+  "PerSampleSanitizer(h.clip, sigma, h.batch_size", "PerSampleSanitizer(h.clip, sigma / 2, h.batch_size"),
+ ("clip x2 (per-sample sanitizer)", "src/dpsynth/privacy/sanitizers.py",
+  "clipped, norms = clip_rows(grads.reshape(t * b, -1), self.sample_bound)", "clipped, norms = clip_rows(grads.reshape(t * b, -1), 2 * self.sample_bound)"),
+ ("shard choice from half the critics (q x2 on them)", "src/dpsynth/methods/gs_wgan.py",
+  "j = int(torch.randint(0, bank.copies, (1,), generator=gens[\"pick\"]))", "j = int(torch.randint(0, max(1, bank.copies // 2), (1,), generator=gens[\"pick\"]))"),
+ ("seeded noise instead of OS entropy", "src/dpsynth/privacy/randomness.py",
+  "return gen.manual_seed(secrets.randbits(63))", "return gen.manual_seed(1234)"),
+]
+sel = sys.argv[1:] 
+for i, (name, f, old, new) in enumerate(M):
+    if sel and str(i) not in sel: continue
+    p = R / f; src = p.read_text()
+    assert src.count(old) == 1, (name, src.count(old))
+    p.write_text(src.replace(old, new))
+    try:
+        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', '-k', 'not canary',
+                            'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values'],
+                           cwd=R, capture_output=True, text=True, timeout=600)
+        failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
+        print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)
+    finally:
+        p.write_text(src)

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpsynth.errors import DataError
 from dpsynth.paths import metrics_file, real_metrics_file
+from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
 
 NOT_RUN = "not run"
 REPORTED_ONLY = "reported only"
@@ -166,7 +167,8 @@ def epsilon_cell(run: Run | None, *, real: bool = False) -> str:
         return "∞ (non-private)"
     body = "; ".join(f"{c}={fmt_number(eps[c], 2)}" for c in ordered_conventions(list(eps)))
     delta = (run.privacy or {}).get("delta")
-    return f"{body} (δ={delta:g})" if isinstance(delta, int | float) and delta > 0 else body
+    cell = f"{body} (δ={delta:g})" if isinstance(delta, int | float) and delta > 0 else body
+    return f"{cell} [{NOT_PRIVATE_LABEL}]" if is_reproducible(run.privacy) else cell
 
 
 def sigma_cell(run: Run | None) -> str:

@@ -4,7 +4,7 @@ VENV   := .venv
 STAMP  := $(VENV)/.installed
 CORES  ?= all
 
-.PHONY: run test env system clean-results
+.PHONY: run test env system fid-weights clean-results
 
 run: env
 	$(VENV)/bin/snakemake --cores $(CORES) --config scale=quick
@@ -12,10 +12,13 @@ run: env
 test: env
 	$(VENV)/bin/pytest -q
 
-env: system $(STAMP)
+env: system $(STAMP) fid-weights
 
 system:
 	@bash scripts/system-packages.sh
+
+fid-weights: $(STAMP)
+	@bash scripts/fetch-fid-weights.sh $(VENV)/bin/python
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -24,4 +27,4 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 clean-results:
-	rm -rf data/processed data/privatized data/synthetic models results logs .snakemake
+	rm -rf data/processed data/privatized data/synthetic models private results logs .snakemake

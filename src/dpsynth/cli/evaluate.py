@@ -11,7 +11,7 @@ from dpsynth.errors import DpsynthError
 
 def _evaluate(args: argparse.Namespace) -> int:
     from dpsynth.data import load_processed
-    from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic
+    from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
     from dpsynth.io import read_json, write_json
     from dpsynth.paths import metrics_file, real_metrics_file
 
@@ -26,6 +26,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                    "classifiers": classifier_scores(train_sets, real, kinds=ev.classifiers,
                                                     max_epochs=preset.classifier_max_epochs,
                                                     train_subset=preset.classifier_train_subset),
+                   "fid": real_data_fid(real, n_samples=preset.fid_samples, weights=ev.fid_weights,
+                                        allow_download=ev.fid_download, timeout=ev.fid_download_timeout),
                    "privacy": None}
         out = real_metrics_file(args.results, args.real)
     else:

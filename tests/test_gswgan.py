@@ -200,6 +200,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["data"]["root"] = str(root / "data")
     raw["scale"] = "smoke"
+    raw["privacy_noise"] = "reproducible"  # runs are compared bit for bit
     raw["scales"]["smoke"].update(train_steps=4, warmup_steps=1, n_critics=4, train_subset=2000)
     raw["experiments"]["gsw"] = {
         "method": "gs_wgan", "dataset": "digits28", "privacy": {"epsilon": 10, "delta": 1e-5, "sigma": 1.07},
@@ -213,7 +214,8 @@ def _ctx(root: Path, out: str, max_steps: int | None = None):
     from dpsynth.cli.train import build_context
 
     args = argparse.Namespace(experiment="gsw", params=str(root / "params.yaml"), scale=None, seed=None,
-                              out=str(root / out), device="cpu", no_progress=True, checkpoint_every=2)
+                              out=str(root / out), private_out=str(root / out), device="cpu", no_progress=True,
+                              checkpoint_every=2)
     ctx = build_context(args)
     ctx.max_steps_this_run = max_steps
     return ctx
@@ -226,9 +228,9 @@ def test_train_without_warm_start_fails_clearly(workspace: Path) -> None:
 
 def test_warmstart_train_resume_bit_identical(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = str(workspace / "params.yaml")
-    assert cli_main(["warmstart", "gsw", "--params", params, "--out", str(workspace / "m_full"), "--no-progress"]) == 0
+    assert cli_main(["warmstart", "gsw", "--params", params, "--private-out", str(workspace / "m_full"), "--no-progress"]) == 0
     capsys.readouterr()
-    assert cli_main(["warmstart", "gsw", "--params", params, "--out", str(workspace / "m_full"), "--print-path"]) == 0
+    assert cli_main(["warmstart", "gsw", "--params", params, "--private-out", str(workspace / "m_full"), "--print-path"]) == 0
     ws = Path(capsys.readouterr().out.strip())
     assert ws == workspace / "m_full" / "warmstart" / "gsw" and (ws / "critics.pt").is_file()
     assert json.loads((ws / "warmstart.json").read_text())["settings"]["n_critics"] == 4
@@ -269,7 +271,7 @@ def test_bad_warmstart_inputs_cli(workspace: Path, capsys: pytest.CaptureFixture
         raw["scales"]["smoke"]["n_critics"] = n_critics
         p = workspace / f"bad{n_critics}.yaml"
         p.write_text(yaml.safe_dump(raw))
-        assert cli_main(["warmstart", "gsw", "--params", str(p), "--out", str(workspace / "bad"), "--no-progress"]) == 2
+        assert cli_main(["warmstart", "gsw", "--params", str(p), "--private-out", str(workspace / "bad"), "--no-progress"]) == 2
         assert msg in capsys.readouterr().err
 
 

@@ -66,6 +66,7 @@ def _params() -> dict:
     bundled digits (28x28): nothing to download, ~0.3 s per step on a loaded 2-core machine."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["scale"] = "smoke"
+    p["privacy_noise"] = "reproducible"  # a resumed run is compared bit for bit with an uninterrupted one
     p["datasets"] = ["digits28"]
     clear_pipeline(p)
     p["evaluation"]["real_datasets"] = []
@@ -77,7 +78,7 @@ def _params() -> dict:
 
 
 def _cmd(out: str, *extra: str) -> list[str]:
-    return ["train", EXP, "--params", "params.yaml", "--out", out, "--device", "cpu",
+    return ["train", EXP, "--params", "params.yaml", "--out", out, "--private-out", f"{out}/private", "--device", "cpu",
             "--checkpoint-every", str(EVERY), *extra]
 
 
@@ -103,8 +104,13 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 240
         time.sleep(0.01)
 
 
+def _private(run_dir: Path) -> Path:
+    """Where `--private-out {out}/private` puts the run's checkpoint: {out}/private/runs/{experiment}."""
+    return run_dir.parent / "private" / "runs" / run_dir.name
+
+
 def _checkpoint_step(run_dir: Path) -> int:
-    state = torch.load(run_dir / CKPT, map_location="cpu", weights_only=False)
+    state = torch.load(_private(run_dir) / CKPT, map_location="cpu", weights_only=False)
     assert not state["done"]
     return int(state["step"])
 
@@ -147,7 +153,7 @@ def test_sigterm_checkpoints_and_exits_then_resumes_exactly(workdir):
     """SLURM's SIGTERM (preemption, time limit): checkpoint at the next step boundary, exit 2."""
     run_dir = workdir / "sigterm" / EXP
     proc = _start(workdir, _cmd("sigterm", "--no-progress"))
-    _wait_for_file(run_dir / CKPT, proc)  # the first periodic checkpoint: training is under way
+    _wait_for_file(_private(run_dir) / CKPT, proc)  # the first periodic checkpoint: training is under way
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, f"rc {proc.returncode}:\n{err[-3000:]}"
@@ -165,7 +171,7 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(workdir):
     checkpoint is the resume point and the steps after it are simply redone."""
     run_dir = workdir / "sigkill" / EXP
     proc = _start(workdir, _cmd("sigkill", "--no-progress"))
-    _wait_for_file(run_dir / CKPT, proc)
+    _wait_for_file(_private(run_dir) / CKPT, proc)
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
@@ -186,7 +192,7 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_checkpoint(workdir):
     res = subprocess.run([sys.executable, str(launcher), *_cmd("torn", "--no-progress")], cwd=workdir,
                          capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == -signal.SIGKILL, f"rc {res.returncode}:\n{res.stderr[-3000:]}"
-    torn = [p for p in run_dir.iterdir() if p.name.startswith(f".{CKPT}.")]
+    torn = [p for p in _private(run_dir).iterdir() if p.name.startswith(f".{CKPT}.")]
     assert len(torn) == 1 and torn[0].stat().st_size > 0, "the kill did not happen during a checkpoint write"
     assert _checkpoint_step(run_dir) == EVERY  # the previous checkpoint, untouched and loadable
     assert not (run_dir / "generator.pt").exists()

@@ -174,12 +174,29 @@ def write_metrics(results: Path, name: str, *, acc: dict[str, tuple[float, float
     path.write_text(json.dumps(m))
 
 
-DPS_PRIVACY = {"mechanism": "image_gradient", "sigma": 0.93, "delta": 1e-5, "q": 50 / 60000, "steps": 3000,
-               "epsilon": {"rdp_classic": 10.0, "rdp_modern": 9.5}, "headline": "rdp_classic", "target_epsilon": 10}
-GS_PRIVACY = {"mechanism": "gs_wgan", "sigma": 30.2, "delta": 1e-5, "q": 1e-3, "steps": 3000, "headline":
-              "sound.rdp_classic", "target_epsilon": 10,
-              "epsilon": {"as_published.rdp_classic": 0.04, "as_published.rdp_modern": 0.03,
-                          "sound.rdp_classic": 10.0, "sound.rdp_modern": 9.2}}
+def _dps_privacy(eps: float) -> dict[str, Any]:
+    """A REAL report (the report stage recomputes epsilon from the mechanism and refuses a fake):
+    sigma calibrated so rdp_classic is eps to 1e-4 (prints as e.g. 10.00)."""
+    from dpsynth.privacy.accounting import calibrate_sigma
+    from dpsynth.privacy.report import dp_sgd_report
+
+    sigma = calibrate_sigma(50 / 60000, 3000, 1e-5, eps)
+    rep = dp_sgd_report(mechanism="image_gradient", sigma=sigma, batch_size=50, dataset_size=60000, steps=3000,
+                        delta=1e-5, target_epsilon=eps)
+    return json.loads(json.dumps(rep.to_dict()))
+
+
+def _gs_privacy() -> dict[str, Any]:
+    from dpsynth.privacy.accounting import gswgan_sound_sigma
+    from dpsynth.privacy.report import gswgan_report
+
+    sigma = gswgan_sound_sigma(1000, 32, 3000, 1e-5, 10.0)
+    return json.loads(json.dumps(gswgan_report(sigma=sigma, shards=1000, batch_size=32, steps=3000, delta=1e-5,
+                                               target_epsilon=10).to_dict()))
+
+
+DPS_PRIVACY = _dps_privacy(10.0)
+GS_PRIVACY = _gs_privacy()
 NP_PRIVACY = {"mechanism": "none (non-private)", "sigma": None, "delta": 0.0, "epsilon": {"non_private": math.inf},
               "headline": "non_private"}
 
@@ -270,11 +287,12 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     dps = row(f, "Method", "DP-Sinkhorn")
     assert dps["LogReg (%) ours"] == "81.2 ± 0.5" and dps["LogReg (%) paper"] == "82.0"
     assert dps["FID ours"] == "100.0 ± 2.0" and dps["FID paper"] == "124.3"
-    assert dps["ε ours (every convention)"] == "rdp_classic=10.00; rdp_modern=9.50 (δ=1e-05)"
+    modern = DPS_PRIVACY["epsilon"]["rdp_modern"]
+    assert dps["ε ours (every convention)"] == f"rdp_classic=10.00; rdp_modern={modern:.2f} (δ=1e-05)"
     assert dps["ε paper"] == "10 (δ=1e-05)" and dps["Scale"] == "quick"
     gs = row(f, "Method", "GS-WGAN")
     assert gs["CNN (%) ours"] == "not evaluated" and gs["CNN (%) paper"] == "80"
-    assert "as_published.rdp_classic=0.04" in gs["ε ours (every convention)"]
+    assert f"as_published.rdp_classic={GS_PRIVACY['epsilon']['as_published.rdp_classic']:.2f}" in gs["ε ours (every convention)"]
     assert "sound.rdp_classic=10.00" in gs["ε ours (every convention)"]
     gp = row(f, "Method", "G-PATE")
     assert gp["CNN (%) ours"] == "reported only" and gp["CNN (%) paper"] == "51/80.9"
@@ -347,10 +365,12 @@ def test_privacy_table_lists_every_convention(params: Any, tmp_path: Path) -> No
     write_metrics(tmp_path, "sinkhorn_mnist_nonprivate", privacy=NP_PRIVACY)
     f = build_table("privacy", params, tmp_path).frame
     gs = row(f, "Run", "gswgan_mnist")
-    assert gs["ε as_published.rdp_classic"] == "0.04" and gs["ε sound.rdp_classic"] == "10.00"
+    assert gs["ε as_published.rdp_classic"] == f"{GS_PRIVACY['epsilon']['as_published.rdp_classic']:.2f}"
+    assert gs["ε sound.rdp_classic"] == "10.00"
     assert gs["ε rdp_classic"] == "n/a" and gs["Paper ε"] == "10" and gs["Headline"] == "sound.rdp_classic"
     dps = row(f, "Run", "dps_mnist")
-    assert dps["ε rdp_modern"] == "9.50" and dps["σ"] == "0.93" and dps["Paper σ"] == "1.1"
+    assert dps["ε rdp_modern"] == f"{DPS_PRIVACY['epsilon']['rdp_modern']:.2f}"
+    assert dps["σ"] == f"{DPS_PRIVACY['sigma']:.4g}" and dps["Paper σ"] == "1.1"
     assert row(f, "Run", "sinkhorn_mnist_nonprivate")["ε rdp_classic"] == "∞ (non-private)"
     assert row(f, "Run", "gswgan_fmnist")["ε sound.rdp_classic"] == "not run"
     assert row(f, "Run", "dps_celeba_dcgan")["Paper δ"] == "1e-6"
@@ -439,13 +459,13 @@ def test_privacy_utility_curve_when_several_epsilons(tmp_path: Path) -> None:
                                            "privacy": {"epsilon": 1, "delta": 1.0e-5, "sigma": 3.0}}
     params = parse_params(raw, source="fixture")
     write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY)
-    write_metrics(tmp_path, "dps_mnist_eps1", privacy={**DPS_PRIVACY, "epsilon": {"rdp_classic": 1.0}},
+    write_metrics(tmp_path, "dps_mnist_eps1", privacy=_dps_privacy(1.0),
                   acc={"logreg": (0.5, 0.0)}, fid=(200.0, 0.0))
     out = privacy_utility(params, tmp_path, tmp_path / "figs")
     assert (tmp_path / "figs" / "privacy_utility_dp_sinkhorn_mnist.png") in out
     df = pd.read_csv(tmp_path / "figs" / PRIVACY_UTILITY_CSV)
     lr = df[(df["metric"] == "logreg")].sort_values("epsilon")
-    assert list(lr["epsilon"]) == [1.0, 10.0] and list(lr["value"]) == [50.0, 81.2]
+    assert list(lr["epsilon"]) == pytest.approx([1.0, 10.0], rel=1e-3)  # calibrated to rel_tol 1e-4 and list(lr["value"]) == [50.0, 81.2]
     # gs_wgan is configured at one epsilon only: no curve for it.
     assert not (tmp_path / "figs" / "privacy_utility_gs_wgan_mnist.png").exists()
 

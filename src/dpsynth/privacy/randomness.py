@@ -79,7 +79,4 @@ class NoiseSource:
 def is_reproducible(report: dict[str, Any] | None) -> bool:
     """True when a (released) privacy report says its noise was replayable."""
     noise = (report or {}).get("noise")
-    if isinstance(noise, dict):
-        return noise.get("mode") == "reproducible"
-    extra = (report or {}).get("extra")
-    return isinstance(extra, dict) and is_reproducible({"noise": extra.get("noise")})
+    return isinstance(noise, dict) and noise.get("mode") == "reproducible"

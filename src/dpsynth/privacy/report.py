@@ -79,12 +79,13 @@ class PrivacyReport:
         write_json(path, self.to_dict())
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
+def flatten_epsilon(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Nested accountant output -> {"sound.rdp_classic": eps, ...} without the *_order keys (what a report lists)."""
     out: dict[str, float] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten_epsilon(v, key + "."))
         elif not k.endswith("_order"):
             out[key] = float(v)
     return out
@@ -114,7 +115,7 @@ def dp_sgd_report(
     q = batch_size / dataset_size if q is None else q
     eps = acc.epsilon(sigma, q, steps, delta, sampling=sampling, pld=pld)
     return PrivacyReport(
-        mechanism=mechanism, sigma=sigma, delta=delta, epsilon=_flatten(eps), headline="rdp_classic",
+        mechanism=mechanism, sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps), headline="rdp_classic",
         steps=steps, q=q, sampling=sampling, dataset_size=dataset_size, batch_size=batch_size,
         clip=clip, target_epsilon=target_epsilon, extra=dict(extra or {}),
     )
@@ -134,7 +135,7 @@ def gswgan_report(
     """GS-WGAN report: both accountings; the headline (what a target is held to) is the sound one."""
     eps = acc.gswgan_epsilon(sigma, shards, batch_size, steps, delta)
     return PrivacyReport(
-        mechanism="gs_wgan", sigma=sigma, delta=delta, epsilon=_flatten(eps), headline="sound.rdp_classic",
+        mechanism="gs_wgan", sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps), headline="sound.rdp_classic",
         steps=steps, q=1.0 / shards, sampling="one shard per step", dataset_size=dataset_size,
         batch_size=batch_size, shards=shards, clip=clip, target_epsilon=target_epsilon,
     )

@@ -17,6 +17,7 @@ from typing import Any
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.local import gaussian_epsilon_eq5
+from dpsynth.privacy.report import flatten_epsilon
 
 #: Relative tolerance: the recomputation runs the same deterministic code, so anything beyond
 #: float round-off (and JSON's 17 significant digits) is a different mechanism or an edit.
@@ -29,16 +30,6 @@ def _num(report: dict[str, Any], key: str, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
         raise PrivacyError(f"{where}: privacy report field {key!r} must be a finite number, got {v!r}")
     return float(v)
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        elif not k.endswith("_order"):
-            out[f"{prefix}{k}"] = float(v)
-    return out
 
 
 def recompute_epsilon(report: dict[str, Any], where: str) -> dict[str, float]:
@@ -70,11 +61,11 @@ def recompute_epsilon(report: dict[str, Any], where: str) -> dict[str, float]:
             raise PrivacyError(f"{where}: a GS-WGAN report needs integer 'shards' and 'batch_size'")
         if not math.isclose(_num(report, "q", where), 1.0 / shards, rel_tol=1e-12):
             raise PrivacyError(f"{where}: q={report['q']} is not 1/shards (shards={shards})")
-        return _flatten(acc.gswgan_epsilon(sigma, shards, batch, steps, delta, pld=pld))
+        return flatten_epsilon(acc.gswgan_epsilon(sigma, shards, batch, steps, delta, pld=pld))
     q, sampling = _num(report, "q", where), report.get("sampling")
     if sampling not in acc.SAMPLINGS:
         raise PrivacyError(f"{where}: privacy report field 'sampling' must be one of {acc.SAMPLINGS}, got {sampling!r}")
-    return _flatten(acc.epsilon(sigma, q, steps, delta, sampling=str(sampling), pld=pld))
+    return flatten_epsilon(acc.epsilon(sigma, q, steps, delta, sampling=str(sampling), pld=pld))
 
 
 def verify_report(report: Any, where: str) -> dict[str, Any]:

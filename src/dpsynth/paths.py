@@ -16,12 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "run_dir", "metrics_file", "samples_png", "real_metrics_file",
-           "w2_noise_csv", "warmstart_dir", "private_run_dir"]
+           "w2_noise_csv", "warmstart_dir", "private_run_dir",
+           "fid_reference_dir"]
 
 RUNS = "runs"
 REAL = "real"
 W2_NOISE = "w2_noise"
 WARMSTART = "warmstart"
+FID_REFERENCE = "fid_reference"
 
 
 def run_dir(results: str | Path, experiment: str) -> Path:
@@ -54,3 +56,10 @@ def warmstart_dir(private: str | Path, name: str) -> Path:
 def private_run_dir(private: str | Path, experiment: str) -> Path:
     """A training run's private files: its checkpoint (secret noise state) and diagnostics log."""
     return Path(private) / RUNS / experiment
+
+
+def fid_reference_dir(private: str | Path) -> Path:
+    """Cached Inception statistics of the real test splits (FID's reference), shared by evaluate jobs.
+
+    Under the PRIVATE root: they are computed from the real data (a curator's test split may be private)."""
+    return Path(private) / FID_REFERENCE

@@ -13,12 +13,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     from dpsynth.data import load_processed
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
     from dpsynth.io import read_json, write_json
-    from dpsynth.paths import metrics_file, real_metrics_file
+    from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
 
     params = params_from_args(args)
     apply_threads(params)
     ev, preset = params.evaluation, params.preset
     processed = Path(params.data.root) / "processed"
+    fid_cache = fid_reference_dir(args.private_out)
     if args.real:
         real = load_processed(processed / f"{args.real}.npz")
         train_sets = [(real.x_train, real.y_train)]
@@ -27,7 +28,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                     max_epochs=preset.classifier_max_epochs,
                                                     train_subset=preset.classifier_train_subset),
                    "fid": real_data_fid(real, n_samples=preset.fid_samples, weights=ev.fid_weights,
-                                        allow_download=ev.fid_download, timeout=ev.fid_download_timeout),
+                                        allow_download=ev.fid_download, timeout=ev.fid_download_timeout,
+                                        cache_dir=fid_cache),
                    "privacy": None}
         out = real_metrics_file(args.results, args.real)
     else:
@@ -42,7 +44,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                         train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
                                         fid_weights=ev.fid_weights, fid_download=ev.fid_download,
                                         fid_timeout=ev.fid_download_timeout,
-                                        conditional=exp.method != "entropic_wgan")}
+                                        conditional=exp.method != "entropic_wgan", fid_cache=fid_cache)}
         summary = Path(args.models) / args.experiment / "train_summary.json"
         metrics["train"] = read_json(summary) if summary.is_file() else None
         out = metrics_file(args.results, args.experiment)
@@ -67,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default="models")
     p.add_argument("--synthetic", default="data/synthetic")
     p.add_argument("--results", default="results")
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private root: the cached FID statistics of the real test split (default: private)")
 
     def dispatch(args: argparse.Namespace) -> int:
         if bool(args.real) == bool(args.experiment):

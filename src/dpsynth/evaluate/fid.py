@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -226,7 +227,7 @@ class FidStatistics:
         try:
             with np.load(path, allow_pickle=False) as z:
                 return cls(z["mu"], z["sigma"], int(z["n"]), str(z["weights_sha256"]), str(z["feature_layer"]))
-        except (OSError, KeyError, ValueError) as exc:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"cannot read FID statistics from {str(path)!r}: {exc}") from exc
 
 

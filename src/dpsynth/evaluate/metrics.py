@@ -8,6 +8,7 @@ fits on training data first; see ``classifiers``); nothing is selected on it.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import time
 from pathlib import Path
@@ -47,11 +48,42 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
     return out
 
 
+def reference_statistics(extractor: Any, ref: np.ndarray, cache_dir: str | Path | None) -> Any:
+    """Inception statistics of the reference images, cached in ``cache_dir`` across evaluate jobs.
+
+    The real test split is the same reference for every run of a dataset, and at 299x299 its
+    Inception forward costs as much as the synthetic set's (~0.2 s per image per CPU thread), so
+    it is computed once. The cache key is the SHA-256 of the exact reference bytes, the weights
+    and the layer: a different split, count or network can never be served stale statistics. A
+    cache file that cannot be read (or does not match its key) is recomputed and replaced.
+    """
+    from dpsynth.errors import DataError
+    from dpsynth.evaluate.fid import FidStatistics
+
+    if cache_dir is None:
+        return extractor.statistics(ref)
+    h = hashlib.sha256(f"{ref.shape}|{ref.dtype}|{extractor.weights_sha256}|{extractor.feature_layer}|".encode())
+    h.update(np.ascontiguousarray(ref).tobytes())
+    path = Path(cache_dir) / f"n{len(ref)}-{h.hexdigest()[:20]}.npz"
+    if path.is_file():
+        try:
+            st = FidStatistics.load(path)
+            if (st.n, st.weights_sha256, st.feature_layer) == (len(ref), extractor.weights_sha256,
+                                                               extractor.feature_layer):
+                return st
+        except DataError:
+            pass
+    st = extractor.statistics(ref)
+    st.save(path)
+    return st
+
+
 def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,
-               allow_download: bool, timeout: float) -> dict[str, Any]:
+               allow_download: bool, timeout: float, cache_dir: str | Path | None = None) -> dict[str, Any]:
     """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
 
-    The network is loaded once and the reference statistics computed once for all sets."""
+    The network is loaded once and the reference statistics computed once for all sets (and, with
+    ``cache_dir``, once for all jobs: ``reference_statistics``)."""
     from dpsynth.evaluate.fid import InceptionFeatures, compute_fid, resolve_weights
 
     path, reason = resolve_weights(weights, allow_download=allow_download, download_timeout_s=timeout)
@@ -59,7 +91,7 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
         return {"available": False, "fid": None, "reason": reason, "reference_split": "test"}
     extractor = InceptionFeatures(path)
     ref = real.x_test[:n_samples]
-    ref_stats = extractor.statistics(ref)
+    ref_stats = reference_statistics(extractor, ref, cache_dir)
     records = [compute_fid(x[:n_samples], ref_stats, extractor=extractor) for x in sets]
     if not all(r.get("available") for r in records):
         bad = next(r for r in records if not r.get("available"))
@@ -71,13 +103,14 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
 
 
 def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_download: bool,
-                  timeout: float) -> dict[str, Any]:
+                  timeout: float, cache_dir: str | Path | None = None) -> dict[str, Any]:
     """The "Real data" row's FID: the real training split vs the real test split, the floor any
     generator's FID (same reference, same counts) is read against."""
     if not real.is_image:
         return {"available": False, "fid": None, "reason": "not an image dataset"}
     return {**fid_scores([real.x_train], real, n_samples=n_samples, weights=weights,
-                         allow_download=allow_download, timeout=timeout), "compared_split": "train"}
+                         allow_download=allow_download, timeout=timeout, cache_dir=cache_dir),
+            "compared_split": "train"}
 
 
 def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str, Any]:
@@ -97,7 +130,8 @@ def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str,
 
 def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], max_epochs: int,
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
-                       fid_download: bool, fid_timeout: float, conditional: bool = True) -> dict[str, Any]:
+                       fid_download: bool, fid_timeout: float, conditional: bool = True,
+                       fid_cache: str | Path | None = None) -> dict[str, Any]:
     """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
     (the local-privacy method); FID whenever the records are images."""
     t0 = time.perf_counter()
@@ -119,7 +153,7 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
         clf, w2 = {}, w2_scores([x for x, _ in sets], real)
     t2 = time.perf_counter()
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
-                     allow_download=fid_download, timeout=fid_timeout) if real.is_image else \
+                     allow_download=fid_download, timeout=fid_timeout, cache_dir=fid_cache) if real.is_image else \
         {"available": False, "fid": None, "reason": "not an image dataset"}
     t3 = time.perf_counter()
     return {"classifiers": clf, "w2": w2, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),

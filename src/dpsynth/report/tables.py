@@ -117,6 +117,24 @@ def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable]) ->
         reason = fid_reason(run)
         if reason:
             notes.append(f"FID unavailable for {label} ({run.name if run else ''}): {reason}")
+    notes += _fid_protocol_notes([run for _, run in rows_runs])
+    return notes
+
+
+def _fid_protocol_notes(runs: list[Run | None]) -> list[str]:
+    """The sample counts and network behind our FID cells: FID is biased upward at small N, so a
+    cell is only comparable with one computed at the same counts (the papers': 60,000 vs the test split)."""
+    seen: dict[tuple[Any, Any, Any], list[str]] = {}
+    for run in runs:
+        fid = run.metrics.get("fid") if run is not None else None
+        if isinstance(fid, dict) and fid.get("available"):
+            key = (fid.get("n_synthetic"), fid.get("n_reference"), fid.get("extractor"))
+            seen.setdefault(key, []).append(run.name)
+    notes = []
+    for (n_a, n_b, extractor), names in seen.items():
+        notes.append(f"FID ours ({', '.join(names)}): {n_a} generated (or real training) images vs the first "
+                     f"{n_b} of the real test split, {extractor}; FID is biased upward at small N, so these "
+                     f"read higher than the papers' (60,000 vs the full test split)")
     return notes
 
 

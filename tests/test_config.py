@@ -9,7 +9,7 @@ import yaml
 
 from dpsynth.config import load_params, parse_params, resolve_privacy
 from dpsynth.errors import ConfigError
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, clear_pipeline, run_cli
 
 
 def shipped() -> dict:
@@ -152,8 +152,7 @@ def _set(raw: dict, dotted: str, value) -> dict:
     ("warmstarts", {}, "warmstarts: must list exactly the warm starts"),
     ("targets.dps_fmnist.warmstart", "gswgan_fmnist", "targets.dps_fmnist.warmstart: only GS-WGAN targets"),
     ("sweep_targets", ["nope"], "sweep_targets: no sweep named 'nope'"),
-    ("sweep_targets", ["pm_mnist"], "sweep 'pm_mnist' trains on 'mnist', which is not in datasets"),
-    ("w2_noise.mnist", {"noise_levels": [0.5]}, "w2_noise.mnist: dataset 'mnist' is not in datasets"),
+    ("w2_noise.celeba", {"noise_levels": [0.5]}, "w2_noise.celeba: dataset 'celeba' is not in datasets"),
     ("w2_noise.fashion_mnist", {"noise_levels": [0.5, -1.0]}, "w2_noise.fashion_mnist.noise_levels.1"),
     ("w2_noise.fashion_mnist", {"noise_levels": []}, "w2_noise.fashion_mnist.noise_levels"),
     ("w2_noise.fashion_mnist", {"noise_levels": [1.0], "losses": ["exact", "l1"]}, "w2_noise.fashion_mnist.losses.1"),
@@ -161,6 +160,15 @@ def _set(raw: dict, dotted: str, value) -> dict:
 def test_pipeline_target_errors_name_the_key(path, value, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(").replace("[", r"\[")):
         parse_params(_set(shipped(), path, value))
+
+
+def test_sweep_target_on_a_dataset_not_prepared_names_it():
+    raw = clear_pipeline(shipped())
+    raw["datasets"] = ["fashion_mnist"]
+    raw["evaluation"]["real_datasets"] = ["fashion_mnist"]
+    raw["sweep_targets"] = ["pm_mnist"]
+    with pytest.raises(ConfigError, match="sweep 'pm_mnist' trains on 'mnist', which is not in datasets"):
+        parse_params(raw)
 
 
 def test_pipeline_targets_and_shared_warm_starts():

@@ -216,10 +216,12 @@ class Sweep(_Strict):
             for key, values in self.grid.items():
                 if not values:
                     raise ValueError(f"sweep list {key!r} is empty")
-                if len(set(map(str, values))) != len(values):
-                    raise ValueError(f"sweep list {key!r} has duplicates: {values}")
                 for v in values:
                     _check_sweep_value(key, v)
+                for i, j in _equal_pairs(values):
+                    raise _KeyedValueError(
+                        f"grid.{key}", f"values {values[i]!r} and {values[j]!r} (items {i} and {j} of {values}) "
+                        "are equal, so two cells would be the same experiment; keep one")
         else:
             if not self.cells:
                 raise ValueError("a sweep needs at least one cell")
@@ -229,9 +231,10 @@ class Sweep(_Strict):
                     raise ValueError(f"every cell must set the same keys {sorted(keys)}, got {sorted(cell)}")
                 for k, v in cell.items():
                     _check_sweep_value(k, v)
-            names = [cell_suffix(c) for c in self.cells]
-            if len(set(names)) != len(names):
-                raise ValueError("duplicate cells")
+            for i, j in _equal_pairs([dict(c) for c in self.cells]):
+                raise _KeyedValueError(
+                    "cells", f"cells {i} {dict(self.cells[i])} and {j} {dict(self.cells[j])} are equal "
+                    "(numerically), so they would be the same experiment; keep one")
         return self
 
     def cell_list(self) -> list[dict[str, Any]]:
@@ -240,6 +243,23 @@ class Sweep(_Strict):
         assert self.grid is not None
         keys = list(self.grid)
         return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+
+
+class _KeyedValueError(ValueError):
+    """A validation error about a key *below* the model being validated (e.g. ``grid.m`` of a sweep):
+    ``_format_validation`` appends ``subkey`` to pydantic's location, so the message names the full
+    path ``sweeps.<name>.grid.m`` instead of stopping at ``sweeps.<name>``."""
+
+    def __init__(self, subkey: str, message: str) -> None:
+        super().__init__(message)
+        self.subkey = subkey
+
+
+def _equal_pairs(values: list[Any]) -> list[tuple[int, int]]:
+    """Index pairs of equal items. Compared by value, not by ``str()``: YAML's ``1`` and ``1.0`` (or
+    ``1.0e-5`` and ``0.00001``) print differently, so they would make two differently named cells that
+    are the same experiment (and spend the privacy budget twice for one result)."""
+    return [(i, j) for j in range(len(values)) for i in range(j) if values[i] == values[j]]
 
 
 def _check_sweep_value(key: str, v: Any) -> None:
@@ -384,17 +404,18 @@ class Params(_Strict):
 
     @model_validator(mode="after")
     def _cross_refs(self) -> "Params":
-        from dpsynth.data.registry import DATASETS  # lazy: config is imported by the data layer's CLI
+        # lazy: config is imported by the data layer's CLI
+        from dpsynth.data.registry import DATASETS, unknown_dataset_message
 
         for name in self.datasets:
             if name not in DATASETS:
-                raise ValueError(f"datasets: unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})")
+                raise ValueError(f"datasets: {unknown_dataset_message(name)}")
         missing = [s for s in ("smoke", "quick", "paper") if s not in self.scales]
         if missing:
             raise ValueError(f"scales: missing preset(s) {missing}")
         for ename, exp in self.experiments.items():
             if exp.dataset not in DATASETS:
-                raise ValueError(f"experiments.{ename}.dataset: unknown dataset {exp.dataset!r}")
+                raise ValueError(f"experiments.{ename}.dataset: {unknown_dataset_message(exp.dataset)}")
         for t, tgt in self.targets.items():
             if t not in self.experiments:
                 raise ValueError(f"targets.{t}: no experiment named {t!r}")
@@ -566,6 +587,9 @@ def _format_validation(exc: ValidationError, prefix: str = "") -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        sub = getattr(err.get("ctx", {}).get("error"), "subkey", None)
+        if sub:
+            loc = ".".join(x for x in (loc, sub) if x)
         key = ".".join(x for x in (prefix, loc) if x) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -595,16 +619,91 @@ def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None
     return params
 
 
-def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> Params:
-    """Read and validate params.yaml. The one entry point for every consumer."""
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping gives the same key twice; ``duplicates`` is [(key, key path, line numbers)]."""
+
+    def __init__(self, duplicates: list[tuple[str, str, list[int]]]) -> None:
+        self.duplicates = duplicates
+        super().__init__("; ".join(f"duplicate key {key!r} at {where} (lines {_and(lines)})"
+                                   for key, where, lines in duplicates))
+
+
+def _and(items: list[Any]) -> str:
+    words = [str(i) for i in items]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    Plain YAML loaders silently keep the last value: a second ``privacy:`` inside one experiment
+    turned its epsilon 10 into 1000, and a second ``experiments.<name>:`` replaces the first
+    experiment, with no warning. The mappings are checked on the composed node tree, before any
+    value is built, because constructing merge keys (``<<: *anchor``) rewrites mapping nodes in
+    place; an explicit key overriding a merged one is what ``<<`` is for and stays allowed.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        duplicates: dict[str, tuple[str, list[int]]] = {}
+        self._find_duplicates(node, "", set(), duplicates)
+        if duplicates:
+            raise DuplicateKeyError(sorted(((key, where, lines) for where, (key, lines) in duplicates.items()),
+                                           key=lambda d: d[2]))
+        return super().construct_document(node)
+
+    def _find_duplicates(self, node: yaml.Node, path: str, seen: set[int],
+                         out: dict[str, tuple[str, list[int]]]) -> None:
+        if id(node) in seen:  # an alias: checked where its anchor is defined (and no endless recursion)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._find_duplicates(item, f"{path}[{i}]", seen, out)
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    self._find_duplicates(value_node, path, seen, out)
+                    continue
+                key: Any = None
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = self.construct_object(key_node, deep=True)  # `1` and `1.0`, `a` and 'a' are one key
+                label = str(key_node.value) if key is not None else "?"  # as written in the file
+                where = f"{path}.{label}" if path else label
+                line = key_node.start_mark.line + 1
+                try:
+                    if key is not None and key in first:
+                        out.setdefault(where, (label, [first[key]]))[1].append(line)
+                    elif key is not None:
+                        first[key] = line
+                except TypeError:  # an unhashable key: YAML construction reports it itself
+                    pass
+                self._find_duplicates(value_node, where, seen, out)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file with ``UniqueKeyLoader``; every failure is a ``ConfigError`` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such parameters file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}: {exc}: YAML would silently keep only the last value; remove or "
+                          "rename the other one") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_params(raw, source=str(path), scale=scale)
+
+
+def check_yaml_file(path: str | Path) -> None:
+    """Refuse duplicate keys (and invalid YAML) in a file someone else loads: Snakemake reads
+    params.yaml itself (``configfile:``) with a loader that keeps the last of two equal keys."""
+    load_yaml(path)
+
+
+def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> Params:
+    """Read and validate params.yaml. The one entry point for every consumer."""
+    return parse_params(load_yaml(path), source=str(path), scale=scale)
 
 
 def apply_preset(exp: Experiment, preset: ScalePreset) -> tuple[Experiment, dict[str, Any]]:

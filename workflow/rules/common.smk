@@ -2,8 +2,13 @@
 import shlex
 import sys
 
-from dpsynth.config import parse_params
+from dpsynth.config import check_yaml_file, parse_params
 from dpsynth.data.registry import DATASETS
+
+# Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
+# the last of two equal keys; refuse duplicates in those files as the CLI's loader does.
+for _configfile in getattr(workflow, "configfiles", None) or ["params.yaml"]:
+    check_yaml_file(_configfile)
 
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")

@@ -6,14 +6,16 @@ import argparse
 
 from dpsynth.cli.common import add_params_arg, params_from_args, sources_from
 from dpsynth.data.prepare import prepare, processed_paths
-from dpsynth.data.registry import DATASETS, get_spec
+from dpsynth.data.registry import DATASETS, unknown_dataset_message
+from dpsynth.errors import DataError
 
 
 def _prepare(args: argparse.Namespace) -> int:
     params = params_from_args(args, required=False)
     src = sources_from(params, root=args.root, extra_dirs=args.source_dir)
-    for name in args.dataset:
-        get_spec(name)  # fail on a typo before any work
+    unknown = [name for name in args.dataset if name not in DATASETS]
+    if unknown:  # fail on every typo at once, before any work, with the closest registered names
+        raise DataError("; ".join(unknown_dataset_message(name) for name in unknown))
     for name in args.dataset:
         info = prepare(name, src)
         npz, _ = processed_paths(src.root, name)

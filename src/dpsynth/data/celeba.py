@@ -30,14 +30,29 @@ def _find(root: Path, name: str, sub: str) -> Path | None:
 
 
 def _locate(candidates: list[Path]) -> tuple[Path, Path, Path]:
+    """The image folder and the two text files, from the first candidate that has all three.
+
+    Otherwise the error says, per candidate folder, whether it exists and exactly which entries it
+    lacks: a half-extracted archive (images but no ``list_eval_partition.txt``) is the usual case,
+    and "not found" alone sends the user looking for the wrong thing."""
+    problems = []
     for root in candidates:
         attr, part = _find(root, ATTR_FILE, "Anno"), _find(root, PARTITION_FILE, "Eval")
         if attr and part and (root / IMAGE_DIR).is_dir():
             return root / IMAGE_DIR, attr, part
-    where = ", ".join(str(c) for c in candidates) or "(none configured)"
+        if not root.is_dir():
+            problems.append(f"{root} does not exist")
+            continue
+        missing = [] if (root / IMAGE_DIR).is_dir() else [f"{IMAGE_DIR}/"]
+        missing += [f"{name} (also looked in {root / sub})" for name, sub, found in
+                    ((ATTR_FILE, "Anno", attr), (PARTITION_FILE, "Eval", part)) if not found]
+        problems.append(f"{root} lacks {', '.join(missing)}")
+    where = "; ".join(problems) or "no folder configured"
+    incomplete = any(root.is_dir() for root in candidates)
     raise DataError(
-        f"CelebA not found. Download it by hand (it has no open mirror) and place {IMAGE_DIR}/, "
-        f"{ATTR_FILE} and {PARTITION_FILE} in one of: {where} (or set data.celeba_dir in params.yaml)"
+        f"CelebA {'incomplete' if incomplete else 'not found'}: {where}. Download it by hand (it has no "
+        f"open mirror) and place {IMAGE_DIR}/, {ATTR_FILE} and {PARTITION_FILE} in one of these folders "
+        "(or set data.celeba_dir in params.yaml)"
     )
 
 

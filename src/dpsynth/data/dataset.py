@@ -67,6 +67,10 @@ def load_processed(path: str | Path, num_classes: int | None = None) -> Dataset:
     """Load and validate ``data/processed/{name}.npz``."""
     path = Path(path)
     if not path.is_file():
+        from dpsynth.data.registry import DATASETS, unknown_dataset_message  # lazy: only on this error path
+
+        if path.stem not in DATASETS:  # `data prepare <typo>` would only fail again: name the right ones
+            raise DataError(f"{path}: processed dataset not found: {unknown_dataset_message(path.stem)}")
         raise DataError(f"{path}: processed dataset not found (run `dpsynth data prepare {path.stem}`)")
     try:
         with np.load(path, allow_pickle=False) as npz:

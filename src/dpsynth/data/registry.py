@@ -7,6 +7,8 @@ npm package tried when the mirrors cannot be reached.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,10 +132,45 @@ for _shape in ("half_circle", "ellipse", "rectangle"):
     ))
 
 
+def _squash(name: str) -> str:
+    """Lower case without separators, so ``FashionMNIST`` and ``fashion-mnist`` meet ``fashion_mnist``."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _abbreviation(name: str) -> str:
+    """Initials of all words but the last, then the last word: ``fashion_mnist`` -> ``fmnist``."""
+    *head, last = name.split("_")
+    return "".join(w[:1] for w in head) + last
+
+
+def suggest_datasets(name: str, n: int = 3) -> list[str]:
+    """Registered names close to a mistyped one, best first (``fmnist`` -> fashion_mnist, mnist).
+
+    No alias table to keep in sync: a name whose abbreviation is the query comes first, then
+    difflib's matches of the name as typed and squashed, then names containing the squashed query
+    or contained in it (``manifold2d`` -> the three manifolds)."""
+    q = _squash(name)
+    found = [k for k in sorted(DATASETS) if len(k.split("_")) > 1 and _squash(_abbreviation(k)) == q]
+    found += difflib.get_close_matches(name.lower().replace("-", "_"), list(DATASETS), n=n)
+    squashed = {_squash(k): k for k in DATASETS}
+    found += [squashed[s] for s in difflib.get_close_matches(q, list(squashed), n=n)]
+    if len(q) >= 3:
+        found += [k for s, k in sorted(squashed.items()) if q in s or (len(s) >= 3 and s in q)]
+    return list(dict.fromkeys(found))[:n]
+
+
+def unknown_dataset_message(name: str) -> str:
+    """``unknown dataset 'x' (did you mean 'y'? known: ...)``: one wording for every place that
+    meets a dataset name that is not registered, so a typo never leads to advice that cannot work."""
+    close = suggest_datasets(name)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown dataset {name!r} ({hint}known: {', '.join(sorted(DATASETS))}; see `dpsynth data list`)"
+
+
 def get_spec(name: str) -> DatasetSpec:
     from dpsynth.errors import DataError
 
     try:
         return DATASETS[name]
     except KeyError:
-        raise DataError(f"unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})") from None
+        raise DataError(unknown_dataset_message(name)) from None

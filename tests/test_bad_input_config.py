@@ -1,0 +1,224 @@
+"""Bad input that used to pass silently or with a vague message: duplicate YAML keys, duplicate
+experiments, numerically equal sweep values, a partial CelebA folder and a mistyped dataset name."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from dpsynth.config import UniqueKeyLoader, check_yaml_file, load_params, load_yaml, parse_params
+from dpsynth.data.celeba import ATTR_FILE, IMAGE_DIR, PARTITION_FILE
+from dpsynth.data.dataset import load_processed
+from dpsynth.data.prepare import Sources, prepare
+from dpsynth.data.registry import DATASETS, suggest_datasets
+from dpsynth.errors import ConfigError, DataError
+from tests.conftest import REPO, run_cli, venv_bin
+
+SHIPPED = (REPO / "params.yaml").read_text(encoding="utf-8")
+EXPERIMENT = "  dps_fmnist:\n    method: dp_sinkhorn\n"
+
+
+def _line_of(text: str, needle: str) -> int:
+    return text[:text.index(needle)].count("\n") + 1
+
+
+def shipped_with(tmp_path: Path, old: str, new: str) -> tuple[Path, str]:
+    """The shipped params.yaml with one edit (asserted to apply), written to tmp_path."""
+    assert SHIPPED.count(old) == 1, old
+    text = SHIPPED.replace(old, new)
+    p = tmp_path / "params.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p, text
+
+
+# --------------------------------------------------------------------------- 1. duplicate keys
+
+
+def _second_privacy(tmp_path: Path) -> tuple[Path, str, tuple[int, int]]:
+    """A second `privacy:` in dps_fmnist (before the real one): YAML kept the last one silently."""
+    p, text = shipped_with(tmp_path, EXPERIMENT, EXPERIMENT.replace(
+        "    method", "    privacy: {epsilon: 1000, delta: 1.0e-5, sigma: 1.1}\n    method"))
+    block = text.index(EXPERIMENT.split("\n")[0])
+    first = text[:text.index("    privacy:", block)].count("\n") + 1
+    second = text[:text.index("    privacy:", text.index("    privacy:", block) + 1)].count("\n") + 1
+    return p, text, (first, second)
+
+
+def test_duplicate_key_is_refused_by_config_check(tmp_path):
+    p, _, (first, second) = _second_privacy(tmp_path)
+    res = run_cli("config", "check", str(p))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert str(p) in res.stderr
+    assert "duplicate key 'privacy' at experiments.dps_fmnist.privacy" in res.stderr
+    assert f"lines {first} and {second}" in res.stderr
+
+
+def test_duplicate_key_function_names_file_path_and_lines(tmp_path):
+    p, _, (first, second) = _second_privacy(tmp_path)
+    for fn in (load_yaml, check_yaml_file, load_params):
+        with pytest.raises(ConfigError) as info:
+            fn(p)
+        msg = str(info.value)
+        assert msg.startswith(f"{p}: duplicate key 'privacy' at experiments.dps_fmnist.privacy "
+                              f"(lines {first} and {second})"), msg
+
+
+def test_duplicate_keys_anywhere_are_all_reported(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("a: 1\nb:\n  c: 2\n  c: 3\nl:\n  - {k: 1, k: 2}\na: 4\n1: x\n1.0: y\n")
+    with pytest.raises(ConfigError) as info:
+        load_yaml(p)
+    msg = str(info.value)
+    for want in ("'a' at a (lines 1 and 7)", "'c' at b.c (lines 3 and 4)", "'k' at l[0].k (lines 6 and 6)",
+                 "'1.0' at 1.0 (lines 8 and 9)"):
+        assert want in msg, msg
+
+
+def test_merge_key_override_is_not_a_duplicate(tmp_path):
+    """`{<<: *anchor, loss: exact}` overrides a merged key on purpose (params.yaml does it)."""
+    text = "base: &b {x: 1, y: 2}\nuse: {<<: *b, y: 3}\nagain: *b\n"
+    assert yaml.load(text, Loader=UniqueKeyLoader) == {"base": {"x": 1, "y": 2}, "use": {"x": 1, "y": 3},
+                                                        "again": {"x": 1, "y": 2}}
+    check_yaml_file(REPO / "params.yaml")
+    assert load_params(REPO / "params.yaml").model_dump() == parse_params(yaml.safe_load(SHIPPED)).model_dump()
+
+
+def test_snakemake_refuses_duplicate_key(tmp_path):
+    """Snakemake loads params.yaml itself (`configfile:`); common.smk runs the same check. Fails while
+    parsing the workflow, so nothing is run."""
+    snakemake = venv_bin("snakemake")
+    if not Path(snakemake).exists():
+        pytest.skip("snakemake not installed")
+    shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
+    shutil.copytree(REPO / "workflow", tmp_path / "workflow")
+    _second_privacy(tmp_path)
+    res = subprocess.run([snakemake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    assert "duplicate key 'privacy' at experiments.dps_fmnist.privacy" in res.stdout + res.stderr
+
+
+# --------------------------------------------------------------------------- 2. an experiment twice
+
+
+def test_experiment_defined_twice_is_refused(tmp_path):
+    again = EXPERIMENT + "    dataset: fashion_mnist\n    privacy: {epsilon: 1000, delta: 1.0e-5, sigma: 1.1}\n"
+    p, text = shipped_with(tmp_path, "experiments:\n", "experiments:\n" + again)
+    first = _line_of(text, "  dps_fmnist:")
+    second = text.count("\n", 0, text.index("  dps_fmnist:", text.index("  dps_fmnist:") + 1)) + 1
+    res = run_cli("config", "check", str(p))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"duplicate key 'dps_fmnist' at experiments.dps_fmnist (lines {first} and {second})" in res.stderr
+
+
+# --------------------------------------------------------------------------- 3. equal sweep values
+
+
+def _with_sweep(sweep: dict) -> dict:
+    raw = yaml.safe_load(SHIPPED)
+    raw["sweeps"]["pm_fmnist_quick"] = {"base": "dps_fmnist", **sweep}
+    return raw
+
+
+@pytest.mark.parametrize("values, shown", [([1, 1.0], "1 and 1.0"), ([0.3, 1.0e-5, 0.00001], "1e-05 and 1e-05"),
+                                           ([0.5, 1, 1], "1 and 1")])
+def test_sweep_grid_with_equal_values_is_refused(values, shown):
+    with pytest.raises(ConfigError) as info:
+        parse_params(_with_sweep({"grid": {"p": [0.2], "m": values}}))
+    msg = str(info.value)
+    assert "sweeps.pm_fmnist_quick.grid.m: values" in msg and shown in msg, msg
+
+
+def test_sweep_cells_with_equal_values_are_refused(tmp_path):
+    cells = [{"p": 0.2, "m": 1}, {"p": 0.5, "m": 1}, {"p": 0.2, "m": 1.0}]
+    with pytest.raises(ConfigError) as info:
+        parse_params(_with_sweep({"cells": cells}))
+    msg = str(info.value)
+    assert "sweeps.pm_fmnist_quick.cells: cells 0 {'p': 0.2, 'm': 1} and 2 {'p': 0.2, 'm': 1.0} are equal" in msg
+    p, _ = shipped_with(tmp_path, "grid: {p: [0.2, 1.0], m: [1]}\n  # NeurIPS Table 5",
+                        "grid: {p: [0.2, 1.0], m: [1, 1.0]}\n  # NeurIPS Table 5")
+    res = run_cli("config", "check", str(p))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "sweeps.pm_mnist_quick.grid.m: values 1 and 1.0" in res.stderr
+
+
+def test_distinct_sweep_values_still_expand():
+    params = parse_params(_with_sweep({"grid": {"p": [0.2, 1.0], "m": [1, 3.0]}}))
+    assert len(params.sweep_members("pm_fmnist_quick")) == 4
+
+
+# --------------------------------------------------------------------------- 4. partial CelebA folder
+
+
+def _celeba_without(root: Path, missing: str) -> None:
+    """The three entries in the official layout (the text files in Anno/ and Eval/), less one."""
+    root.mkdir()
+    if missing != IMAGE_DIR:
+        (root / IMAGE_DIR).mkdir()
+    for name, sub in ((ATTR_FILE, "Anno"), (PARTITION_FILE, "Eval")):
+        if missing != name:
+            (root / sub).mkdir()
+            (root / sub / name).write_text("1\n")
+
+
+@pytest.mark.parametrize("missing", [IMAGE_DIR, ATTR_FILE, PARTITION_FILE])
+def test_partial_celeba_folder_names_the_missing_entry(tmp_path, missing):
+    folder = tmp_path / "celeba"
+    _celeba_without(folder, missing)
+    with pytest.raises(DataError) as info:
+        prepare("celeba", Sources(root=tmp_path / "data", celeba_dir=folder))
+    msg = str(info.value)
+    assert msg.startswith("CelebA incomplete:"), msg
+    lacks = msg.split(f"{folder} lacks ", 1)[1].split(";", 1)[0].split(". Download", 1)[0]
+    assert missing in lacks, msg
+    assert all(other not in lacks for other in {IMAGE_DIR, ATTR_FILE, PARTITION_FILE} - {missing}), msg
+    assert f"{tmp_path / 'data' / 'raw' / 'celeba'} does not exist" in msg  # the other folder searched
+
+
+def test_missing_celeba_folder_says_it_does_not_exist(tmp_path):
+    with pytest.raises(DataError) as info:
+        prepare("celeba", Sources(root=tmp_path / "data", celeba_dir=tmp_path / "nowhere"))
+    assert str(info.value).startswith(f"CelebA not found: {tmp_path / 'nowhere'} does not exist")
+
+
+# --------------------------------------------------------------------------- 5. a mistyped dataset name
+
+
+def test_close_names_are_suggested():
+    assert suggest_datasets("fmnist")[0] == "fashion_mnist"
+    assert suggest_datasets("FashionMNIST")[0] == "fashion_mnist"
+    assert suggest_datasets("celebA") == ["celeba"]
+    assert set(suggest_datasets("manifold2d")) == {k for k in DATASETS if k.startswith("manifold2d")}
+    assert suggest_datasets("cifar10") == []
+
+
+def test_evaluate_real_with_unknown_dataset_suggests_the_registered_name(tmp_path):
+    res = run_cli("evaluate", "--real", "fmnist", "--params", str(REPO / "params.yaml"), cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "unknown dataset 'fmnist' (did you mean 'fashion_mnist'" in res.stderr
+    assert "data prepare fmnist" not in res.stderr
+    assert all(name in res.stderr for name in DATASETS)
+
+
+def test_load_processed_of_unknown_name_gives_no_impossible_advice(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_processed(tmp_path / "fmnist.npz")
+    assert "data prepare" not in str(info.value) and "did you mean 'fashion_mnist'" in str(info.value)
+    with pytest.raises(DataError, match="run `dpsynth data prepare mnist`"):
+        load_processed(tmp_path / "mnist.npz")  # a registered name keeps its advice
+    np.savez(tmp_path / "toy.npz", x_train=np.zeros((2, 1, 2, 2), np.uint8), y_train=np.zeros(2, np.int64),
+             x_test=np.zeros((1, 1, 2, 2), np.uint8), y_test=np.zeros(1, np.int64), num_classes=1)
+    assert load_processed(tmp_path / "toy.npz").num_classes == 1  # an existing file loads, whatever its name
+
+
+def test_data_prepare_unknown_names_suggest_registered_ones(tmp_path):
+    res = run_cli("data", "prepare", "fmnist", "celebA", "--root", str(tmp_path), cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "unknown dataset 'fmnist' (did you mean 'fashion_mnist'" in res.stderr
+    assert "unknown dataset 'celebA' (did you mean 'celeba'?" in res.stderr
+    assert not (tmp_path / "processed").exists()

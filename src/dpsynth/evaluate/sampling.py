@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -73,30 +75,60 @@ def write_synthetic(path: Path, x: np.ndarray, y: np.ndarray, num_classes: int, 
               provenance=np.array(json.dumps(provenance, sort_keys=True)))
 
 
+def _rerun(path: Path) -> str:
+    """The command that re-creates a synthetic set: its folder is named after the experiment."""
+    return f"re-run `dpsynth sample {path.parent.name}`"
+
+
 def load_synthetic(path: Path, expect_shape: tuple[int, ...] | None = None,
                    num_classes: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Load and validate a synthetic dataset; returns (x, y, privacy report)."""
+    """Load and validate a synthetic dataset; returns (x, y, privacy report).
+
+    Every way a file can be damaged (a killed copy, a truncated download, a hand-made archive) is a
+    ``DataError`` naming the file and what to re-run, never numpy's or zipfile's traceback."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: synthetic dataset not found (run `dpsynth sample`)")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataError(f"{path}: a single .npy array, not an .npz archive of x, y, num_classes and "
+                            f"privacy_report; {_rerun(path)}")
+        with loaded as npz:
             files = set(npz.files)
             if "privacy_report" not in files:
                 raise DataError(f"{path}: no privacy report inside; refusing to use synthetic data of unknown privacy")
             missing = {"x", "y", "num_classes"} - files
             if missing:
-                raise DataError(f"{path}: missing array(s) {sorted(missing)}")
-            x, y, nc = npz["x"], npz["y"], int(npz["num_classes"])
-            report = json.loads(str(npz["privacy_report"]))
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable synthetic dataset ({exc})") from None
+                raise DataError(f"{path}: missing array(s) {sorted(missing)}; {_rerun(path)}")
+            x, y, nc_arr, rep_arr = npz["x"], npz["y"], npz["num_classes"], npz["privacy_report"]
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: truncated or not an .npz ({type(exc).__name__}: {exc}); {_rerun(path)}") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: unreadable synthetic dataset ({type(exc).__name__}: {exc}); {_rerun(path)}") from None
+    if nc_arr.shape != () or not np.issubdtype(nc_arr.dtype, np.integer):
+        raise DataError(f"{path}: num_classes must be one integer, got {nc_arr.dtype} {nc_arr.shape}; {_rerun(path)}")
+    nc = int(nc_arr)
+    if rep_arr.shape != () or rep_arr.dtype.kind != "U":
+        raise DataError(f"{path}: privacy_report must be one JSON string, got {rep_arr.dtype} {rep_arr.shape}; "
+                        f"{_rerun(path)}")
+    try:
+        report = json.loads(str(rep_arr))
+    except ValueError as exc:
+        raise DataError(f"{path}: privacy_report is not valid JSON ({exc}); {_rerun(path)}") from None
+    if not isinstance(report, dict):
+        raise DataError(f"{path}: privacy_report must be a JSON object, got {type(report).__name__}")
     if num_classes is not None and nc != num_classes:
         raise DataError(f"{path}: {nc} classes, the real data has {num_classes}")
+    if nc < 1:
+        raise DataError(f"{path}: num_classes must be at least 1, got {nc}")
     if x.ndim == 4:
         if x.dtype != np.uint8:
             raise DataError(f"{path}: images must be uint8, got {x.dtype}")
-    elif x.ndim != 2:
+    elif x.ndim == 2:
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise DataError(f"{path}: points must be numbers, got {x.dtype}")
+    else:
         raise DataError(f"{path}: x has shape {x.shape}; expected (N, C, H, W) images or (N, D) points")
     if expect_shape is not None and tuple(x.shape[1:]) != tuple(expect_shape):
         raise DataError(f"{path}: records have shape {tuple(x.shape[1:])}, the real data has {tuple(expect_shape)}")

@@ -108,10 +108,11 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
     return out + [csv_path]
 
 
-def privacy_utility(params: Params, results: Path, out_dir: Path) -> list[Path]:
+def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStore | None = None) -> list[Path]:
     """Accuracy and FID versus epsilon for every (method, dataset) configured at several
-    target epsilons; the x value is the run's headline epsilon (what its accountant says)."""
-    store = RunStore(results)
+    target epsilons; the x value is the run's headline epsilon (what its accountant says).
+    ``store``: the report's validated runs (default: read from ``results``)."""
+    store = store if store is not None else RunStore(results)
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     for name, exp in params.all_experiments().items():
         if exp.privacy.enabled and exp.privacy.epsilon is not None:
@@ -217,7 +218,9 @@ def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
     return _save(fig, Path(out_dir) / f"{built.name}_heatmap.png")
 
 
-def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path) -> list[Path]:
+def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path,
+                 store: RunStore | None = None) -> list[Path]:
+    """Every figure into ``out_dir`` (the report passes a staging folder it swaps in when all succeeded)."""
     out: list[Path] = []
     for b in built.values():
         if params.tables[b.name].kind in ("methods", "grid"):
@@ -226,5 +229,5 @@ def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, ou
         if hm is not None:
             out.append(hm)
     out += w2_noise(params, results, out_dir)
-    out += privacy_utility(params, results, out_dir)
+    out += privacy_utility(params, results, out_dir, store)
     return out

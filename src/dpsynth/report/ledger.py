@@ -53,10 +53,13 @@ def _runs(results: Path) -> list[Run]:
     return out
 
 
-def build_ledger(results: Path) -> tuple[pd.DataFrame, list[str]]:
-    """One row per released run and one 'all of them' row per dataset; plus notes."""
+def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per released run and one 'all of them' row per dataset; plus notes.
+
+    ``runs``: the report's runs, already read and validated (``RunStore.load_all``), so the ledger
+    composes exactly what the tables print; by default every ``results/runs/*/metrics.json``."""
     by_dataset: dict[str, list[Run]] = {}
-    for run in _runs(results):
+    for run in (runs if runs is not None else _runs(results)):
         by_dataset.setdefault(str(run.metrics.get("dataset") or "unknown"), []).append(run)
     records: list[dict[str, str]] = []
     for dataset, runs in sorted(by_dataset.items()):

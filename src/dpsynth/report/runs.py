@@ -8,14 +8,13 @@ says "unavailable" (its reason goes into the table's notes).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpsynth.errors import DataError
-from dpsynth.paths import metrics_file, real_metrics_file
+from dpsynth.paths import REAL, RUNS, metrics_file, real_metrics_file
 from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
 
 NOT_RUN = "not run"
@@ -61,21 +60,97 @@ class Run:
         return {str(k): float(v) for k, v in eps.items()}
 
 
-def read_run(path: Path, name: str) -> Run | None:
-    """The run whose metrics are at ``path``; None when it was not run (no file)."""
-    if not path.is_file():
-        return None
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: not a readable metrics file: {exc}") from None
+def _read_metrics(path: Path) -> dict[str, Any]:
+    from dpsynth.io import read_json
+
+    metrics = read_json(path)  # a DataError naming the file (and line/column) when it is damaged
     if not isinstance(metrics, dict):
         raise DataError(f"{path}: expected a JSON object, got {type(metrics).__name__}")
+    return metrics
+
+
+def _verify(path: Path, metrics: dict[str, Any]) -> None:
     if metrics.get("privacy") is not None:  # real-data rows have none; everything else is recomputed
         from dpsynth.privacy.verify import verify_report
 
         verify_report(metrics["privacy"], f"{path} (its 'privacy' report)")
+
+
+def read_run(path: Path, name: str) -> Run | None:
+    """The run whose metrics are at ``path``; None when it was not run (no file)."""
+    if not path.is_file():
+        return None
+    metrics = _read_metrics(path)
+    _verify(path, metrics)
     return Run(name, path, metrics)
+
+
+#: Keys every metrics.json written by `dpsynth evaluate` has; a file without one is damaged or hand-made.
+REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale")
+#: The one method whose runs have no classifiers (unconditional generator): it is scored by W2 instead.
+UNCONDITIONAL_METHOD = "entropic_wgan"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def validate_metrics(path: Path, metrics: dict[str, Any], *, real: str | None = None,
+                     configured: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Check one metrics.json before any table uses it; return it (dataset/method filled, see below).
+
+    A file missing ``classifiers`` (or with ``privacy: "oops"``) would otherwise print "not
+    evaluated" or "not reported" cells over a good table; the report refuses it instead, naming the
+    file and the key. ``real`` is the dataset of a real-data row (``results/real/{dataset}/``), whose
+    ``privacy`` is null; every other run's is a mapping. ``configured`` is (dataset, method) from
+    params.yaml for a configured experiment: a file that lacks those keys (hand-made fixtures, older
+    evaluate output) takes them from there, since the tables never read them from the file."""
+    exp = path.parent.name
+    fix = f"re-run `dpsynth evaluate {'--real ' + real if real else exp}`"
+
+    def bad(key: str, why: str) -> DataError:
+        return DataError(f"{path}: key {key!r} {why}; refusing to build the report from it "
+                         f"(nothing was written; {fix})")
+
+    out = dict(metrics)
+    if real is not None:
+        configured = (real, "real data")
+    if configured is not None:
+        for key, value in zip(("dataset", "method"), configured):
+            out.setdefault(key, value)
+    for key in REQUIRED_KEYS:
+        if key not in out:
+            raise bad(key, "is missing")
+    want = f"real_{real}" if real is not None else exp
+    if out["experiment"] != want:
+        raise bad("experiment", f"is {out['experiment']!r} but the file is that of {want!r} (copied from another run?)")
+    for key in ("dataset", "method", "scale"):
+        if not isinstance(out[key], str) or not out[key]:
+            raise bad(key, f"must be a non-empty string, got {out[key]!r}")
+    if configured is not None and out["dataset"] != configured[0]:
+        raise bad("dataset", f"is {out['dataset']!r}, expected {configured[0]!r} "
+                             f"(a run from another configuration?)")
+    clf = out["classifiers"]
+    if not isinstance(clf, dict):
+        raise bad("classifiers", f"must be a mapping of classifier -> accuracy, got {type(clf).__name__} {clf!r}")
+    if not clf and not (out["method"] == UNCONDITIONAL_METHOD and out.get("w2") is not None):
+        raise bad("classifiers", f"is empty (only an unconditional {UNCONDITIONAL_METHOD} run, scored by 'w2', "
+                                 f"has no classifiers)")
+    for kind, rec in clf.items():
+        if not isinstance(rec, dict) or not _finite(rec.get("mean")) or not _finite(rec.get("std", 0.0)):
+            raise bad(f"classifiers.{kind}", f"must be a record with numeric 'mean' and 'std', got {rec!r}")
+    fid = out["fid"]
+    if not isinstance(fid, dict) or not isinstance(fid.get("available"), bool):
+        raise bad("fid", f"must be a mapping with 'available' true/false, got {fid!r}")
+    if fid["available"] and not (_finite(fid.get("mean")) and _finite(fid.get("std", 0.0))):
+        raise bad("fid", f"says available but has no numeric 'mean'/'std': {fid!r}")
+    priv = out["privacy"]
+    if real is not None:
+        if priv is not None:
+            raise bad("privacy", f"must be null for a real-data row, got {type(priv).__name__}")
+    elif not isinstance(priv, dict):
+        raise bad("privacy", f"must be the run's privacy report (a mapping), got {type(priv).__name__} {priv!r}")
+    return out
 
 
 class RunStore:
@@ -84,17 +159,43 @@ class RunStore:
     def __init__(self, results: Path) -> None:
         self.results = Path(results)
         self._cache: dict[str, Run | None] = {}
+        self._complete = False  # True once every metrics.json under results/ is loaded (see load_all)
+
+    @classmethod
+    def load_all(cls, results: Path, configured: dict[str, tuple[str, str]] | None = None) -> RunStore:
+        """Read, verify and validate EVERY metrics.json under ``results/runs`` and ``results/real``
+        before anything is written: one bad file refuses the whole report (naming it), so a
+        previous good set of tables is never replaced by one built from a damaged file. The
+        store then never reads a file again (what was validated is what is printed).
+        ``configured`` maps experiment -> (dataset, method) from params.yaml."""
+        store = cls(results)
+        configured = configured or {}
+        for kind, root in ((RUNS, store.results / RUNS), (REAL, store.results / REAL)):
+            for path in sorted(root.glob("*/metrics.json")) if root.is_dir() else []:
+                sub = path.parent.name
+                name, key = (sub, sub) if kind == RUNS else (f"real_{sub}", f"real:{sub}")
+                metrics = validate_metrics(path, _read_metrics(path), real=sub if kind == REAL else None,
+                                           configured=configured.get(sub) if kind == RUNS else None)
+                _verify(path, metrics)  # after the shape check, so 'privacy: "oops"' is named as a bad key
+                store._cache[key] = Run(name, path, metrics)
+        store._complete = True
+        return store
+
+    def runs(self) -> list[Run]:
+        """Every loaded run of ``results/runs`` (not the real-data rows), sorted by name."""
+        return sorted((r for k, r in self._cache.items() if r is not None and not k.startswith("real:")),
+                      key=lambda r: r.name)
+
+    def _get(self, key: str, path: Path, name: str) -> Run | None:
+        if key not in self._cache:
+            self._cache[key] = None if self._complete else read_run(path, name)
+        return self._cache[key]
 
     def experiment(self, name: str) -> Run | None:
-        if name not in self._cache:
-            self._cache[name] = read_run(metrics_file(self.results, name), name)
-        return self._cache[name]
+        return self._get(name, metrics_file(self.results, name), name)
 
     def real(self, dataset: str) -> Run | None:
-        key = f"real:{dataset}"
-        if key not in self._cache:
-            self._cache[key] = read_run(real_metrics_file(self.results, dataset), f"real_{dataset}")
-        return self._cache[key]
+        return self._get(f"real:{dataset}", real_metrics_file(self.results, dataset), f"real_{dataset}")
 
 
 # --------------------------------------------------------------------------- formatting

@@ -386,8 +386,10 @@ def build_table(name: str, params: Params, results: Path) -> BuiltTable:
     return _KINDS[table.kind](name, table, params, RunStore(results))
 
 
-def build_tables(params: Params, results: Path) -> dict[str, BuiltTable]:
-    store = RunStore(results)  # shared so each metrics.json is read once
+def build_tables(params: Params, results: Path, store: RunStore | None = None) -> dict[str, BuiltTable]:
+    """Every table; ``store`` (default: a fresh one) is shared so each metrics.json is read once --
+    the report passes one loaded and validated up front (``RunStore.load_all``)."""
+    store = store if store is not None else RunStore(results)
     return {name: _KINDS[t.kind](name, t, params, store) for name, t in params.tables.items()}
 
 

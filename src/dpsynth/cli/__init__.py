@@ -9,6 +9,7 @@ Handlers raise ``DpsynthError`` for user mistakes: ``main`` prints the message
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -47,10 +48,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DpsynthError as exc:
         print(f"dpsynth: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise  # anything else is not a full disk: keep the traceback
+        print(f"dpsynth: error: {disk_full_message(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def disk_full_message(exc: OSError) -> str:
+    """A full disk (or quota) is the user's environment, not a bug: say which output did not fit.
+    Every output is written to a temporary and renamed, so the finished ones are intact."""
+    what = "no space left on device" if exc.errno == errno.ENOSPC else "no space left on device (disk quota exceeded)"
+    where = f" while writing {exc.filename}" if exc.filename else ""
+    return f"{what}{where}; free some space and run the command again (existing outputs were left as they were)"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from dpsynth.paths import samples_png
 def _sample(args: argparse.Namespace) -> int:
     from dpsynth.evaluate.sampling import generate, sample_grid, sha256_file, write_synthetic
     from dpsynth.io import read_json
-    from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator
+    from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator, writing_to
 
     params = params_from_args(args)
     apply_threads(params)
@@ -32,17 +33,45 @@ def _sample(args: argparse.Namespace) -> int:
     gen_hash = sha256_file(model_dir / GENERATOR_FILE)
     out_dir = Path(args.out) / args.experiment
     n, k_sets = params.preset.n_synthetic, params.preset.n_synthetic_sets
+    written: set[str] = set()
     for k in range(k_sets):
         t0 = time.perf_counter()
         x, y = generate(G, meta, n, seed=k)
-        write_synthetic(out_dir / f"seed{k}.npz", x, y, int(meta["num_classes"]), privacy,
-                        {"experiment": args.experiment, "generator_sha256": gen_hash, "sample_seed": k,
-                         "scale": params.scale, "n": n})
-        print(f"{args.experiment}: synthetic set {k}: {n} samples -> {out_dir / f'seed{k}.npz'} "
+        path = out_dir / f"seed{k}.npz"
+        with writing_to(path):
+            write_synthetic(path, x, y, int(meta["num_classes"]), privacy,
+                            {"experiment": args.experiment, "generator_sha256": gen_hash, "sample_seed": k,
+                             "scale": params.scale, "n": n})
+        written.add(path.name)
+        print(f"{args.experiment}: synthetic set {k}: {n} samples -> {path} "
               f"({time.perf_counter() - t0:.1f} s)")
         if k == 0:
-            sample_grid(x, y, int(meta["num_classes"]), samples_png(args.results, args.experiment))
+            png = samples_png(args.results, args.experiment)
+            with writing_to(png):
+                sample_grid(x, y, int(meta["num_classes"]), png)
+    for stale in remove_stale_sets(out_dir, written):
+        print(f"{args.experiment}: removed {stale} (not a set of this run)")
     return 0
+
+
+_SET = re.compile(r"seed\d+\.npz")
+_SET_TEMP = re.compile(r"\.(seed\d+\.npz)\..*\.tmp")  # dpsynth.io.atomic_path's temporaries of a set
+
+
+def remove_stale_sets(out_dir: Path, keep: set[str]) -> list[Path]:
+    """Leave exactly this run's sets: a seed2.npz of an earlier (say paper-scale) run would
+    otherwise sit next to them, and a later stage reading every seed*.npz would mix generators.
+    Leftover temporaries of such sets go too (those of this run's sets are the atomic writer's
+    business). Called only once every new set is written, so a failed run destroys nothing."""
+    removed = []
+    for path in sorted(out_dir.iterdir()) if out_dir.is_dir() else []:
+        if not path.is_file():
+            continue
+        temp = _SET_TEMP.fullmatch(path.name)
+        if (_SET.fullmatch(path.name) and path.name not in keep) or (temp and temp.group(1) not in keep):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def register(sub: argparse._SubParsersAction) -> None:

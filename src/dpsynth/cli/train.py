@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
+from dpsynth.cli.common import DEVICE_HELP, add_params_arg, apply_threads, params_from_args, resolve_device
 from dpsynth.errors import DpsynthError
 
 
@@ -30,6 +30,7 @@ def build_context(args: argparse.Namespace):
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
 
+    device = resolve_device(args.device)  # before any work: a bad --device fails in a second, clearly
     params = params_from_args(args)
     apply_threads(params)
     experiments = params.all_experiments()
@@ -45,10 +46,6 @@ def build_context(args: argparse.Namespace):
     x, y = (full.x_train, full.y_train) if idx is None else (full.x_train[idx], full.y_train[idx])
     # The trainer never sees the test split: it is for the evaluation stage only.
     data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
     np.random.seed(seed)
     torch.manual_seed(seed)
     return TrainContext(
@@ -64,9 +61,13 @@ def build_context(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
+    from dpsynth.io import write_json
     from dpsynth.methods import get_method
+    from dpsynth.methods.base import SUMMARY_FILE, writing_to
 
     ctx = build_context(args)
+    # _train writes the summary after the method returns: a finished run lacking it is not done
+    ctx.also_released = (ctx.out_dir / SUMMARY_FILE,)
     method = get_method(ctx.experiment.method)
     t0 = time.perf_counter()
     summary = method.train(ctx)
@@ -74,10 +75,11 @@ def _train(args: argparse.Namespace) -> int:
     summary["scale"] = ctx.scale
     summary["scale_overrides"] = ctx.scale_overrides
     summary["hparams"] = ctx.experiment.hparams.model_dump(mode="json")  # as run, after the scale's overrides
-    if summary.get("finished", True) and not summary.get("already_done"):
-        from dpsynth.io import write_json
-
-        write_json(ctx.out_dir / "train_summary.json", summary)
+    # entropic_wgan marks a stopped run "interrupted" rather than "finished": False
+    finished = summary.get("finished", not summary.get("interrupted", False))
+    if finished and not summary.get("already_done"):
+        with writing_to(ctx.out_dir / SUMMARY_FILE):
+            write_json(ctx.out_dir / SUMMARY_FILE, summary)
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
     return 0
 
@@ -101,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="models", help="models directory, what may be released (default: models)")
     p.add_argument("--private-out", default="private", metavar="DIR",
                    help="private directory: checkpoints, diagnostics, warm starts; never release it (default: private)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",
                    help="write a resume checkpoint every N steps (default: the method's)")

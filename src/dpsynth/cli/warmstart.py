@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from dpsynth.cli.common import add_params_arg
+from dpsynth.cli.common import DEVICE_HELP, add_params_arg
 from dpsynth.errors import ConfigError
 
 
@@ -73,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="run seed: fixes the shards (default: first of params seeds)")
     p.add_argument("--private-out", default="private", metavar="DIR",
                    help="private directory the critics go to (default: private); never release it")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)  # checked by build_context
     p.add_argument("--chunk", type=int, default=None, help="critics trained at once (default: all; lower it to bound memory)")
     p.add_argument("--compare-loop", type=int, default=0, metavar="STEPS",
                    help="first time STEPS iterations batched vs one critic at a time (recorded in warmstart.json)")

@@ -1,13 +1,19 @@
 """``dpsynth data prepare DATASET``: raw sources -> ``data/processed/{name}.npz`` + provenance JSON.
 
-Both outputs are written atomically, the JSON last: a processed dataset exists only once
-every array has been verified and written.
+Both outputs are written completely to temporaries first, then renamed into place, the JSON
+last: a processed dataset exists only once every array has been verified and written, and a
+failed re-preparation (a full disk) leaves the previous pair untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import platform
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,7 @@ from dpsynth.data.idx import parse_idx
 from dpsynth.data.npm import NpmSource
 from dpsynth.data.registry import DatasetSpec, get_spec
 from dpsynth.errors import DataError
-from dpsynth.io import write_json, write_npz
+from dpsynth.io import remove_stale_temps, write_json, write_npz, writer_prefix
 
 
 @dataclass(frozen=True)
@@ -170,9 +176,51 @@ def prepare(name: str, src: Sources) -> dict[str, Any]:
         "python": platform.python_version(),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    # Remove a stale sidecar first: between the two writes there is never a JSON that
-    # vouches for an npz it did not describe.
-    json_path.unlink(missing_ok=True)
-    write_npz(npz_path, num_classes=np.int64(spec.num_classes), **arrays)
-    write_json(json_path, info)
+    write_pair(npz_path, json_path, {"num_classes": np.int64(spec.num_classes), **arrays}, info)
     return info
+
+
+@contextlib.contextmanager
+def _writing_to(path: Path) -> Iterator[None]:
+    """A full disk surfaces as an OSError naming no file (or an internal temporary): name the
+    output, so the CLI can say which one did not fit."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+        raise
+
+
+def _reserve_temp(dest: Path) -> Path:
+    # the writer's host+pid in the name: a later successful prepare removes a killed one's leftovers
+    fd, tmp = tempfile.mkstemp(prefix=writer_prefix(dest), suffix=".pending.tmp", dir=dest.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def write_pair(npz_path: Path, json_path: Path, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+    """Replace a processed dataset: both new files are written in full (and fsync'ed) to
+    temporaries before the old pair is touched, so a failure -- a full disk during the big npz --
+    leaves the previous, good pair as it was. Then the old JSON goes, the npz is renamed in and
+    the JSON last: the JSON marks the pair complete, so there is never one that vouches for an
+    npz it does not describe."""
+    npz_path.parent.mkdir(parents=True, exist_ok=True)
+    temps: list[Path] = []
+    try:
+        with _writing_to(npz_path):
+            tmp_npz = _reserve_temp(npz_path)
+            temps.append(tmp_npz)
+            write_npz(tmp_npz, **arrays)
+        with _writing_to(json_path):
+            tmp_json = _reserve_temp(json_path)
+            temps.append(tmp_json)
+            write_json(tmp_json, info)
+        json_path.unlink(missing_ok=True)
+        os.replace(tmp_npz, npz_path)
+        os.replace(tmp_json, json_path)
+        remove_stale_temps(npz_path)
+        remove_stale_temps(json_path)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)  # gone already after a successful rename

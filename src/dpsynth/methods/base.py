@@ -23,12 +23,16 @@ and each explicit ``torch.Generator``) besides the model/optimizer state and the
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import json
 import os
+import pickle
 import random
+import shutil
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +50,7 @@ from dpsynth.io import atomic_path
 
 GENERATOR_FILE = "generator.pt"
 PRIVACY_FILE = "privacy.json"
+SUMMARY_FILE = "train_summary.json"  # written by the `train` CLI stage after the method returns
 LOG_FILE = "train_log.csv"  # released: PUBLIC_LOG_FIELDS only
 DIAGNOSTICS_FILE = "diagnostics.csv"  # private
 CHECKPOINT_FILE = "checkpoint.pt"  # private
@@ -73,6 +78,9 @@ class TrainContext:
     warmstart_dir: Path | None = None  # GS-WGAN: the warm-started critics this run trains from
     noise: NoiseSource = field(default_factory=NoiseSource)  # privacy-relevant randomness (secret by default)
     private_dir: Path | None = None  # checkpoint + diagnostics; default: out_dir / "private"
+    # Released files written by the caller after ``train`` returns (the CLI's train_summary.json):
+    # a finished run counts as done only when these are present and readable too.
+    also_released: tuple[Path, ...] = ()
 
     @property
     def generator_path(self) -> Path:
@@ -100,6 +108,89 @@ class TrainContext:
         return self.private_path / CHECKPOINT_FILE
 
 
+# --------------------------------------------------------------------------- writing and reading
+
+
+#: errno values that mean "the output did not fit": the CLI reports them without a traceback.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def writing_to(path: Path) -> Iterator[None]:
+    """Make a failed write name ``path``: a full disk reaches us as an ``OSError`` without a file
+    name (a write into an open handle) or one naming an internal temporary, or -- from
+    ``torch.save`` -- as a ``RuntimeError`` ("PytorchStreamWriter failed writing file ...",
+    "unexpected pos ...") that carries no errno at all. The CLI can tell the user which output
+    did not fit only if the error names it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+        raise
+    except RuntimeError as exc:
+        if not _is_torch_write_failure(exc):
+            raise
+        raise _write_failure(Path(path), exc) from exc
+
+
+def _is_torch_write_failure(exc: RuntimeError) -> bool:
+    text = str(exc)
+    return any(s in text for s in ("PytorchStreamWriter failed writing", "unexpected pos", "file write failed"))
+
+
+def _write_failure(path: Path, exc: RuntimeError) -> Exception:
+    """torch dropped the errno: take it from a chained OSError, else from the free space left."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return OSError(cause.errno, os.strerror(cause.errno), str(path))
+        cause = cause.__cause__ or cause.__context__
+    try:
+        full = shutil.disk_usage(path.parent).free < (1 << 20)
+    except OSError:
+        full = False
+    if full:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DpsynthError(f"{path}: writing failed ({first}); check the free space, quota and permissions there")
+
+
+def torch_save(obj: Any, path: Path) -> None:
+    """Atomically ``torch.save`` into ``path`` with write failures naming it.
+
+    Into a handle, not a path: torch names the zip's folder after the (random) temp file name,
+    which would make identical content hash differently."""
+    with writing_to(path), atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
+        torch.save(obj, fh)
+
+
+def _load_failure(exc: BaseException, weights_only: bool) -> str:
+    """Why torch could not read a file, in words -- never torch's own text: for a weights-only
+    failure that advises ``weights_only=False``, i.e. unpickling an untrusted file."""
+    text = str(exc)
+    if isinstance(exc, pickle.UnpicklingError):
+        return "not a PyTorch file of tensors and plain data" if weights_only else "not a PyTorch file"
+    if "zip archive" in text or "central directory" in text or isinstance(exc, EOFError):
+        return "truncated or corrupt archive"
+    if isinstance(exc, (IsADirectoryError, PermissionError)):
+        return exc.strerror or type(exc).__name__
+    return type(exc).__name__
+
+
+def torch_load(path: Path, what: str, remedy: str, *, weights_only: bool = True,
+               device: str | torch.device = "cpu") -> Any:
+    """``torch.load`` whose failure is a ``DpsynthError`` naming ``path``, saying it is not a
+    valid ``what`` and what to do (``remedy``). torch's warnings are silenced: they too suggest
+    loosening ``weights_only``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=device, weights_only=weights_only)
+    except Exception as exc:  # torch raises several unrelated types for a corrupt file
+        raise DpsynthError(f"{path}: not a valid {what} ({_load_failure(exc, weights_only)}); {remedy}") from None
+
+
 # --------------------------------------------------------------------------- generator artifact
 
 
@@ -114,27 +205,96 @@ def save_generator(path: Path, module: torch.nn.Module, arch: dict[str, Any], me
         if key not in meta:
             raise ValueError(f"generator meta needs {key!r}")
     state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
-    with atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
-        # Into a handle, not a path: torch names the zip's folder after the (random) temp file name,
-        # which would make identical weights hash differently.
-        torch.save({"format": "dpsynth-generator/1", "arch": arch, "meta": meta, "state_dict": state}, fh)
+    torch_save({"format": "dpsynth-generator/1", "arch": arch, "meta": meta, "state_dict": state}, path)
 
 
 def load_generator(path: Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Rebuild a released generator (``weights_only=True``: a released file is untrusted input).
+
+    Any defect is a ``DpsynthError`` naming the file: sampling must never start from a file
+    that is not what `dpsynth train` wrote."""
     from dpsynth.nets import build_generator
 
-    if not Path(path).is_file():
-        raise DpsynthError(f"{path}: generator not found (run `dpsynth train` first)")
-    try:
-        blob = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # torch raises several unrelated types for a corrupt file
-        raise DpsynthError(f"{path}: unreadable generator file ({exc})") from None
+    path = Path(path)
+    remedy = f"re-run `dpsynth train {path.parent.name}` to rebuild it"
+    if not path.is_file():
+        raise DpsynthError(f"{path}: generator not found (run `dpsynth train {path.parent.name}` first)")
+    blob = torch_load(path, "dpsynth generator", remedy, device=device)
+
+    def invalid(why: str) -> DpsynthError:
+        return DpsynthError(f"{path}: not a valid dpsynth generator ({why}); {remedy}")
+
     if not isinstance(blob, dict) or blob.get("format") != "dpsynth-generator/1":
-        raise DpsynthError(f"{path}: not a dpsynth generator file")
-    module = build_generator(blob["arch"]["name"], **blob["arch"].get("kwargs", {}))
-    module.load_state_dict(blob["state_dict"])
+        raise invalid("no dpsynth-generator/1 format tag")
+    arch, meta, state = blob.get("arch"), blob.get("meta"), blob.get("state_dict")
+    if not (isinstance(arch, dict) and isinstance(arch.get("name"), str) and isinstance(arch.get("kwargs", {}), dict)):
+        raise invalid("no architecture record")
+    if not isinstance(meta, dict) or any(k not in meta for k in ("num_classes", "record_shape", "output_range")):
+        raise invalid("incomplete meta record")
+    if not isinstance(state, dict):
+        raise invalid("no weights")
+    try:
+        module = build_generator(arch["name"], **arch.get("kwargs", {}))
+        module.load_state_dict(state)
+    except Exception as exc:  # unknown architecture, bad kwargs, weights of another shape
+        raise invalid(f"its weights do not fit its architecture: {type(exc).__name__}") from None
     module.to(device).eval()
-    return module, blob["meta"]
+    return module, meta
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_record(ctx: TrainContext) -> dict[str, str]:
+    """What a finished checkpoint remembers of its release: the generator's hash. The checkpoint
+    is tied to the configuration fingerprint, so the hash ties the released file to it too --
+    without releasing the fingerprint, which hashes the private training data."""
+    return {"generator_sha256": sha256_file(ctx.generator_path)}
+
+
+def release_problem(ctx: TrainContext, state: dict[str, Any]) -> str | None:
+    """Why the release of a finished run (``state``: its checkpoint, already matched to this
+    configuration) is not intact -- None when it is. A run reports ``already_done`` only when
+    this is None; otherwise it re-releases from the checkpoint."""
+    gen = ctx.generator_path
+    for path in (gen, ctx.privacy_path, ctx.public_log_path, *ctx.also_released):
+        if not path.is_file():
+            return f"{path} is missing"
+    try:
+        load_generator(gen)
+    except DpsynthError as exc:
+        return str(exc)
+    recorded = (state.get("release") or {}).get("generator_sha256")
+    if recorded is None:
+        return f"{ctx.checkpoint_path} records no hash of the released generator"
+    if sha256_file(gen) != recorded:
+        return f"{gen} is not the generator this configuration released"
+    for path in (ctx.privacy_path, *(p for p in ctx.also_released if p.suffix == ".json")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                ok = isinstance(json.load(fh), dict)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            return f"{path} is unreadable"
+    return None
+
+
+def already_done(ctx: TrainContext, state: dict[str, Any] | None) -> bool:
+    """True when ``state`` is a finished checkpoint whose release is intact. A finished one whose
+    release is not is re-released from the checkpoint (same weights, no new training): say so."""
+    if state is None or not state.get("done"):
+        return False
+    problem = release_problem(ctx, state)
+    if problem is None:
+        return True
+    print(f"dpsynth: {problem}; re-releasing from the finished checkpoint {ctx.checkpoint_path}", file=sys.stderr)
+    return False
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -189,17 +349,15 @@ class Checkpointer:
     def save(self, state: dict[str, Any]) -> None:
         state = {**state, "fingerprint": self.fingerprint,
                  "log_rows": self.log.snapshot() if self.log is not None else None}
-        with atomic_path(self.path, suffix=".pt") as tmp, open(tmp, "wb") as fh:
-            torch.save(state, fh)
+        torch_save(state, self.path)
 
     def load(self) -> dict[str, Any] | None:
         if not self.path.is_file():
             return None
-        try:
-            # RNG states (numpy tuples, python's state) need full unpickling; the file is our own.
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
-        except Exception as exc:
-            raise DpsynthError(f"{self.path}: unreadable checkpoint ({exc}); delete it to restart") from None
+        # RNG states (numpy tuples, python's state) need full unpickling; the file is our own.
+        state = torch_load(self.path, "dpsynth checkpoint", "delete it to restart training", weights_only=False)
+        if not isinstance(state, dict):
+            raise DpsynthError(f"{self.path}: not a valid dpsynth checkpoint; delete it to restart training")
         if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
             print(f"dpsynth: {self.path} was written under a different configuration; starting over",
                   file=sys.stderr)
@@ -229,7 +387,7 @@ class TrainLog:
                 with open(self.path, newline="", encoding="utf-8") as fh:
                     rows = list(csv.DictReader(fh))
             self.rows = [r for r in (rows or []) if int(r["step"]) <= resume_step]
-        with atomic_path(self.path, suffix=".csv") as tmp:
+        with writing_to(self.path), atomic_path(self.path, suffix=".csv") as tmp:
             with open(tmp, "w", newline="", encoding="utf-8") as fh:
                 w = csv.DictWriter(fh, fieldnames=self.fields)
                 w.writeheader()
@@ -240,22 +398,25 @@ class TrainLog:
     def write(self, step: int, **values: float) -> None:
         row = {"step": step, **{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in values.items()}}
         self.rows.append(row)
-        self._w.writerow(row)
+        with writing_to(self.path):
+            self._w.writerow(row)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.rows]
 
     def flush(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        with writing_to(self.path):
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        self._fh.close()
+        with writing_to(self.path):
+            self._fh.close()
 
 
 def write_public_log(rows: list[dict[str, Any]], path: Path, fields: tuple[str, ...] = PUBLIC_LOG_FIELDS) -> None:
     """The released training log: only the columns that are not computed on private data."""
-    with atomic_path(Path(path), suffix=".csv") as tmp:
+    with writing_to(Path(path)), atomic_path(Path(path), suffix=".csv") as tmp:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
             w.writeheader()

@@ -27,6 +27,8 @@ from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
+    already_done,
+    release_record,
     config_fingerprint,
     checkpoint_if_due,
     TrainContext,
@@ -215,7 +217,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                 adv["opts"][j].load_state_dict(sd)
         if guard is not None:
             guard = BudgetGuard.from_state_dict(state["guard"])
-        if state.get("done") and all(p.is_file() for p in (ctx.generator_path, ctx.privacy_path, ctx.public_log_path)):
+        if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
             return {"experiment": ctx.name, "steps": step, "resumed": True, "already_done": True, "sigma": sigma}
 
     log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
@@ -224,6 +226,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     def save_checkpoint(done: bool = False) -> None:
         ckpt.save({"step": step, "total_steps": total_steps, "sigma": sigma, "arch": arch, "done": done,
+                   "release": release_record(ctx) if done else None,
                    "generator": G.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(gens),
                    "guard": guard.state_dict() if guard is not None else None,
                    "adversary": None if adv is None else {

@@ -41,6 +41,8 @@ from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import (
     Checkpointer,
+    already_done,
+    release_record,
     config_fingerprint,
     checkpoint_if_due,
     TrainContext,
@@ -367,7 +369,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                         f"{x.shape} -- run `dpsynth privatize {ctx.name}` first")
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
-    if state is not None and state.get("done") and ctx.generator_path.is_file() and ctx.public_log_path.is_file():
+    if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
         return dict(state["summary"], already_done=True)
 
     arch = generator_arch(hp.generator, record_shape)
@@ -386,6 +388,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     def save(step: int, done: bool, summary: dict[str, Any] | None = None) -> None:
         ckpt.save({**trainer.state_dict(), "step": step, "total_steps": total, "done": done,
+                   "release": release_record(ctx) if done else None,
                    "spec": asdict(spec), "arch": arch, "summary": summary})
 
     t0, ran, loss, step = time.perf_counter(), 0, float("nan"), start

@@ -32,6 +32,8 @@ from tqdm import tqdm
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.base import (
     Checkpointer,
+    already_done,
+    release_record,
     config_fingerprint,
     checkpoint_if_due,
     TrainContext,
@@ -221,7 +223,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     step = 0
     if state is not None:
         step = state["step"]
-        if state.get("done") and all(p.is_file() for p in (ctx.generator_path, ctx.privacy_path, ctx.public_log_path)):
+        if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
             return {"experiment": ctx.name, "steps": step, "already_done": True, "sigma": sigma}
         G.load_state_dict(state["generator"])
         G_ema.load_state_dict(state["generator_ema"])
@@ -236,7 +238,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     ckpt.log = log
 
     def save_checkpoint(done: bool = False) -> None:
-        ckpt.save({"step": step, "done": done, "generator": G.state_dict(),
+        ckpt.save({"step": step, "done": done, "release": release_record(ctx) if done else None,
+                   "generator": G.state_dict(),
                    "generator_ema": G_ema.state_dict(), "optimizer": opt.state_dict(),
                    "critics": bank.state_dict(), "rng": rng_state(gens),
                    "guard": guard.state_dict() if guard is not None else None})

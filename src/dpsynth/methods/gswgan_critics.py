@@ -27,7 +27,8 @@ from torch import Tensor
 
 from dpsynth.config import CRITIC_HPARAMS, Experiment, ScalePreset
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.io import atomic_path, write_json
+from dpsynth.io import write_json
+from dpsynth.methods.base import torch_load, torch_save, writing_to
 from dpsynth.nets.gswgan import GSWGANGenerator, StackedCritics, bernoulli_latent
 
 PAPER_N_CRITICS = 1000  # seed 004: N_d = 1000 shards of 60 images
@@ -307,9 +308,9 @@ def save_critics(directory: Path, bank: CriticBank, shards: np.ndarray, settings
             "shards": torch.from_numpy(shards), "bank": bank.state_dict(), "info": info,
             "arch": {"num_classes": bank.critics.num_classes, "model_dim": bank.critics.model_dim,
                      "in_channels": bank.critics.in_channels, "spectral_norm": bank.critics.spectral_norm}}
-    with atomic_path(path, suffix=".pt") as tmp:
-        torch.save(blob, tmp)
-    write_json(Path(directory) / "warmstart.json", {"settings": settings, "fingerprint": fingerprint, **info})
+    torch_save(blob, path)  # atomic; a full disk names the file
+    with writing_to(Path(directory) / "warmstart.json"):
+        write_json(Path(directory) / "warmstart.json", {"settings": settings, "fingerprint": fingerprint, **info})
     return path
 
 
@@ -320,10 +321,7 @@ def load_critics(directory: Path, settings: dict[str, Any], fingerprint: str, de
     if not path.is_file():
         raise DpsynthError(f"{path}: warm-started critics not found; run `dpsynth warmstart {experiment}` "
                            "(with the same --params/--scale/--seed/--private-out) before `dpsynth train`")
-    try:
-        blob = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # torch raises several unrelated types for a corrupt file
-        raise DpsynthError(f"{path}: unreadable warm-start artifact ({exc}); rerun `dpsynth warmstart {experiment}`") from None
+    blob = torch_load(path, "GS-WGAN warm-start artifact", f"rerun `dpsynth warmstart {experiment}`", device=device)
     if not isinstance(blob, dict) or blob.get("format") != ARTIFACT_FORMAT:
         raise DpsynthError(f"{path}: not a GS-WGAN warm-start artifact")
     if blob["settings"] != settings:

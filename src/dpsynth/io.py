@@ -287,6 +287,12 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes, read in blocks (generators, checkpoints and weights are large)."""
+    with open(path, "rb") as fh:
+        return sha256_stream(fh)
+
+
 def sha256_stream(fh: BinaryIO, block: int = 1 << 20) -> str:
     h = hashlib.sha256()
     for chunk in iter(lambda: fh.read(block), b""):

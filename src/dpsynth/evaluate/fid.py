@@ -38,7 +38,7 @@ import torch
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.evaluate import fid_helper_weights
 from dpsynth.evaluate.checks import check_images_meta
-from dpsynth.io import sha256_stream, write_npz
+from dpsynth.io import sha256_file, write_npz
 
 FEATURE_LAYER = "2048"
 FEATURE_EXTRACTOR_NAME = "inception-v3-compat"  # torch-fidelity's registry name for its own network
@@ -196,11 +196,6 @@ def describe_extractor(name: str, weights_sha256: str, weights_path: Path) -> st
             f"(SHA-256 {weights_sha256[:12]}, not torch-fidelity's published file)")
 
 
-def _sha256_file(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return sha256_stream(fh)
-
-
 @dataclass(frozen=True)
 class FidStatistics:
     """Mean and covariance of Inception features of one image set, tagged with the weights used.
@@ -246,7 +241,7 @@ class InceptionFeatures:
         if batch_size < 1:
             raise ConfigError(f"FID batch_size must be >= 1, got {batch_size!r}")
         self.weights_path = Path(weights_path)
-        self.weights_sha256 = _sha256_file(self.weights_path)
+        self.weights_sha256 = sha256_file(self.weights_path)
         self.device = device
         self.batch_size = batch_size
         self.feature_layer = feature_layer

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.io import write_npz
+from dpsynth.io import sha256_file, write_npz  # sha256_file: re-exported for cli.sample
 
 #: Samples are drawn in batches of this size (eval mode: batch norm uses running statistics,
 #: so the batch size does not change the samples' distribution; fixed for reproducibility).
@@ -58,14 +58,6 @@ def generate(G: torch.nn.Module, meta: dict[str, Any], n: int, seed: int) -> tup
                                f"no synthetic data written")
         out.append(to_storage(x.cpu(), meta["output_range"]))
     return np.concatenate(out), labels
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_synthetic(path: Path, x: np.ndarray, y: np.ndarray, num_classes: int, privacy: dict[str, Any],

@@ -46,7 +46,7 @@ from dpsynth.config import Experiment, ScalePreset
 from dpsynth.data.dataset import Dataset
 from dpsynth.errors import DpsynthError
 from dpsynth.privacy.randomness import NoiseSource
-from dpsynth.io import atomic_path
+from dpsynth.io import atomic_path, sha256_file
 
 GENERATOR_FILE = "generator.pt"
 PRIVACY_FILE = "privacy.json"
@@ -240,14 +240,6 @@ def load_generator(path: Path, device: str | torch.device = "cpu") -> tuple[torc
         raise invalid(f"its weights do not fit its architecture: {type(exc).__name__}") from None
     module.to(device).eval()
     return module, meta
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def release_record(ctx: TrainContext) -> dict[str, str]:

@@ -107,10 +107,24 @@ def copy_workflow(dest: Path, params_patch=None) -> Path:
             shutil.copy2(src, dest / name)
     if params_patch:
         p = yaml.safe_load((dest / "params.yaml").read_text())
+        shipped_sweeps = set(p.get("sweep_targets") or [])
         params_patch(p)
         (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+        _drop_dvc_sweep_groups(dest, shipped_sweeps - set(p.get("sweep_targets") or []))
     _git_dvc_init(dest)
     return dest
+
+
+def _drop_dvc_sweep_groups(dest: Path, sweeps: set[str]) -> None:
+    """dvc.yaml holds one matrix group per targeted sweep (a user copies one to target another);
+    a test that un-targets a sweep removes its groups as a user would."""
+    if not sweeps:
+        return
+    d = yaml.safe_load((dest / "dvc.yaml").read_text())
+    for s in sweeps:
+        for stage in ("train", "sample", "evaluate"):
+            d["stages"].pop(f"{stage}_{s}", None)
+    (dest / "dvc.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 
 
 def _git_dvc_init(d: Path) -> None:
@@ -229,6 +243,7 @@ def smoke_patch(p: dict) -> None:
     p["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
     p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}
     p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}
+    p["sweep_targets"] = ["pm_fmnist_quick"]  # the shipped list also targets MNIST's cells
     p["w2_noise"] = {"fashion_mnist": {"noise_levels": [0.5]}}  # the paper's image setting, 5 steps
     p["tables"]["local_privacy_w2"]["dataset"] = "fashion_mnist"
     p["evaluation"]["real_datasets"] = ["fashion_mnist"]

@@ -39,6 +39,18 @@ def fashion_dir() -> Path:
     return FASHION_DIR
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():  # type: ignore[no-untyped-def]
+    """A CLI stage run in-process pins torch's thread count (``apply_threads``); without this a
+    later test inherits it (the float32 trainer-vs-fast-step agreement is thread-count sensitive)."""
+    import torch
+
+    old = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != old:
+        torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():  # type: ignore[no-untyped-def]
     """One torch and one BLAS thread for a module: on a shared, oversubscribed 2-core CPU two

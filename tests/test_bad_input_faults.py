@@ -73,10 +73,12 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A working directory with digits28 prepared and one finished training run."""
     d = tmp_path_factory.mktemp("finished")
     (d / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
+    threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(d)
         assert main(["data", "prepare", "digits28"]) == 0
         assert main(TRAIN) == 0
+    torch.set_num_threads(threads)  # main pins torch's threads: a module fixture must not leak that
     for p in (GEN, PRIVACY, SUMMARY, CKPT):
         assert (d / p).is_file(), p
     return d

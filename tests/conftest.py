@@ -69,3 +69,22 @@ def clear_pipeline(p: dict) -> dict:
     """A raw params mapping with no pipeline targets of any kind (tests then add their own)."""
     p.update(targets={}, privatize={}, gswgan_targets={}, warmstarts={}, sweep_targets=[], w2_noise={})
     return p
+
+
+def digits28_smoke_params(experiment: str, steps: int, **top: object) -> dict:
+    """The shipped params.yaml at the smoke scale with one DP-Sinkhorn experiment (a copy of
+    dps_fmnist) on the bundled 28x28 digits: nothing to download, ~0.3 s per step. ``top``
+    overrides top-level keys (e.g. ``privacy_noise="reproducible"``)."""
+    import copy
+
+    import yaml
+
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p.update(scale="smoke", datasets=["digits28"], **top)
+    clear_pipeline(p)
+    p["evaluation"]["real_datasets"] = []
+    exp = copy.deepcopy(p["experiments"]["dps_fmnist"])
+    exp["dataset"] = "digits28"
+    p["experiments"][experiment] = exp
+    p["scales"]["smoke"]["train_steps"] = steps
+    return p

@@ -9,7 +9,6 @@ warning could leak to stderr the CLI runs in a subprocess instead (pytest would 
 from __future__ import annotations
 
 import argparse
-import copy
 import errno
 import json
 import os
@@ -23,7 +22,7 @@ import torch
 import yaml
 
 from dpsynth.cli import main
-from tests.conftest import REPO, clear_pipeline, run_cli
+from tests.conftest import digits28_smoke_params, run_cli
 
 EXP = "dps_digits"
 STEPS = 4
@@ -38,16 +37,7 @@ TRAIN = ["train", EXP, "--device", "cpu", "--no-progress", "--checkpoint-every",
 
 def _params() -> dict:
     """Shipped params at the smoke scale, one 4-step DP-Sinkhorn experiment on the bundled digits28."""
-    p = yaml.safe_load((REPO / "params.yaml").read_text())
-    p["scale"] = "smoke"
-    p["datasets"] = ["digits28"]
-    clear_pipeline(p)
-    p["evaluation"]["real_datasets"] = []
-    exp = copy.deepcopy(p["experiments"]["dps_fmnist"])
-    exp["dataset"] = "digits28"
-    p["experiments"][EXP] = exp
-    p["scales"]["smoke"]["train_steps"] = STEPS
-    return p
+    return digits28_smoke_params(EXP, STEPS)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

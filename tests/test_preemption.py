@@ -9,7 +9,6 @@ process in the middle of writing a checkpoint: the previous checkpoint must surv
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO, clear_pipeline
+from tests.conftest import REPO, digits28_smoke_params
 
 EXP = "dps_digits"
 STEPS = 12
@@ -62,19 +61,9 @@ def test_checkpoint_every_must_be_positive():
 
 
 def _params() -> dict:
-    """The shipped params.yaml at the smoke scale with one fast DP-Sinkhorn experiment on the
-    bundled digits (28x28): nothing to download, ~0.3 s per step on a loaded 2-core machine."""
-    p = yaml.safe_load((REPO / "params.yaml").read_text())
-    p["scale"] = "smoke"
-    p["privacy_noise"] = "reproducible"  # a resumed run is compared bit for bit with an uninterrupted one
-    p["datasets"] = ["digits28"]
-    clear_pipeline(p)
-    p["evaluation"]["real_datasets"] = []
-    exp = copy.deepcopy(p["experiments"]["dps_fmnist"])
-    exp["dataset"] = "digits28"
-    p["experiments"][EXP] = exp
-    p["scales"]["smoke"]["train_steps"] = STEPS
-    return p
+    """Smoke params with one fast DP-Sinkhorn experiment on the bundled digits. Reproducible noise:
+    a resumed run is compared bit for bit with an uninterrupted one."""
+    return digits28_smoke_params(EXP, STEPS, privacy_noise="reproducible")
 
 
 def _cmd(out: str, *extra: str) -> list[str]:

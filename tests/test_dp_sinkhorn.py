@@ -14,6 +14,7 @@ from dpsynth.data.dataset import Dataset
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data import load_processed
 from dpsynth.errors import DataError, PrivacyError
+from dpsynth.methods.fast_step import FastStep, _SanState
 from dpsynth.methods import dp_sinkhorn
 from dpsynth.privacy.randomness import NoiseSource
 from dpsynth.methods.base import TrainContext, load_generator
@@ -123,18 +124,23 @@ def test_private_run_meets_target_and_reports_both_conversions(digits28, tmp_pat
 
 def _run_killed_at(ctx: TrainContext, kill_step: int, monkeypatch) -> None:
     """Simulate a kill: abort abruptly (no final checkpoint) when step ``kill_step`` starts."""
-    real_step, calls = dp_sinkhorn._step, {"n": 0}
+    # The trainer runs FastStep, or the plain _step for the adversarial variant: kill either.
+    real_step, real_fast, calls = dp_sinkhorn._step, FastStep.__call__, {"n": 0}
 
-    def dying_step(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == kill_step:
-            raise KeyboardInterrupt("killed")
-        return real_step(*a, **k)
+    def dying(real):
+        def step(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == kill_step:
+                raise KeyboardInterrupt("killed")
+            return real(*a, **k)
+        return step
 
-    monkeypatch.setattr(dp_sinkhorn, "_step", dying_step)
+    monkeypatch.setattr(dp_sinkhorn, "_step", dying(real_step))
+    monkeypatch.setattr(FastStep, "__call__", dying(real_fast))
     with pytest.raises(KeyboardInterrupt):
         dp_sinkhorn.train(ctx)
     monkeypatch.setattr(dp_sinkhorn, "_step", real_step)
+    monkeypatch.setattr(FastStep, "__call__", real_fast)
 
 
 @pytest.mark.parametrize("sanitizer, adversarial", [("image", False), ("param", False), ("image", True)])
@@ -215,16 +221,23 @@ def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):
     ctx = make_ctx(tmp_path / "m", digits28, privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1},
                    steps=30, batch_size=1, lr=1e-3)
     ks: list[int] = []
-    real = dp_sinkhorn._step
+    releases = {"n": 0}
+    real_batch, real_release = dp_sinkhorn._poisson_batch, _SanState.release
 
     def spy(*a, **k):
-        out = real(*a, **k)
-        ks.append(out[1])
+        out = real_batch(*a, **k)
+        ks.append(out[3])
         return out
 
-    monkeypatch.setattr(dp_sinkhorn, "_step", spy)
+    def release(state, grad):
+        releases["n"] += 1
+        return real_release(state, grad)
+
+    monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", spy)
+    monkeypatch.setattr(_SanState, "release", release)
     dp_sinkhorn.train(ctx)
     assert len(ks) == 30 and ks.count(0) >= 5 and max(ks) >= 1
+    assert releases["n"] == 30  # every step, empty or not, released a noised gradient
     assert json.loads(ctx.privacy_path.read_text())["steps"] == 30
 
 

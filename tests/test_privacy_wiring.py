@@ -30,7 +30,7 @@ import torch
 
 from dpsynth.config import Experiment, ScalePreset, resolve_privacy
 from dpsynth.data.dataset import Dataset
-from dpsynth.methods import dp_sinkhorn
+from dpsynth.methods import dp_sinkhorn, fast_step
 from dpsynth.methods.base import TrainContext
 from dpsynth.privacy import sanitizers
 from dpsynth.privacy.accounting import epsilon as acc_epsilon
@@ -66,38 +66,41 @@ def _accountant(ctx: TrainContext) -> dict[str, Any]:
     return torch.load(ctx.checkpoint_path, weights_only=False)["guard"]
 
 
+def _spy_forward(got: list[torch.Tensor]) -> Any:
+    """``fast_step.fast_forward`` (the training step's generator forward) that also records the
+    gradient its output -- the generator -- actually receives."""
+    real = fast_step.fast_forward
+
+    def forward(*a: Any, **k: Any) -> torch.Tensor:
+        out = real(*a, **k)
+        if out.requires_grad:
+            out.register_hook(lambda g: got.append(g.detach().double().clone()))
+        return out
+
+    return forward
+
+
 class _Recorder:
-    """Spies on one training run; they only read tensors, never change them."""
+    """Spies on one training run (its production step, FastStep); they only read tensors, never
+    change them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.clean: list[torch.Tensor] = []
         self.released: list[torch.Tensor] = []
         self.batch_sizes: list[int] = []
-        real_build, real_attach = dp_sinkhorn.build_generator, sanitizers._ImageSanitizer.attach
-        real_poisson = dp_sinkhorn._poisson_batch
+        real_release, real_poisson = fast_step._SanState.release, dp_sinkhorn._poisson_batch
 
-        def build(*a: Any, **k: Any) -> torch.nn.Module:
-            G = real_build(*a, **k)
-
-            def on_forward(module: Any, inputs: Any, out: torch.Tensor) -> None:
-                if out.requires_grad:  # the gradient the generator actually receives
-                    out.register_hook(lambda g: self.released.append(g.detach().double().clone()))
-
-            G.register_forward_hook(on_forward)
-            return G
-
-        def attach(san: Any, images: torch.Tensor) -> torch.Tensor:
-            out = real_attach(san, images)
-            out.register_hook(lambda g: self.clean.append(g.detach().double().clone()))  # what the loss sends
-            return out
+        def release(state: Any, grad: torch.Tensor) -> torch.Tensor:
+            self.clean.append(grad.detach().double().clone())  # what the loss sends to the barrier
+            return real_release(state, grad)
 
         def poisson(*a: Any, **k: Any) -> Any:
             res = real_poisson(*a, **k)
             self.batch_sizes.append(int(res[3]))
             return res
 
-        monkeypatch.setattr(dp_sinkhorn, "build_generator", build)
-        monkeypatch.setattr(sanitizers._ImageSanitizer, "attach", attach)
+        monkeypatch.setattr(fast_step, "fast_forward", _spy_forward(self.released))
+        monkeypatch.setattr(fast_step._SanState, "release", release)
         monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", poisson)
 
 
@@ -149,8 +152,8 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
                                   for p in san.params]).double().clone())
         return real_sanitize(san)
 
-    def make_opt(params: Any, h: Any) -> torch.optim.Optimizer:
-        opt = real_make_opt(params, h)
+    def make_opt(params: Any, h: Any, **kw: Any) -> torch.optim.Optimizer:
+        opt = real_make_opt(params, h, **kw)
         tracked = [p for g in opt.param_groups for p in g["params"]]
 
         def pre(*_: Any) -> None:  # what the optimizer actually applies
@@ -177,23 +180,23 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
 
 
 def _one_release(ds: Dataset, G0: torch.nn.Module, h: Any, clip: float, sigma: float, noise: NoiseSource) -> torch.Tensor:
-    """One real DP-Sinkhorn step (``dp_sinkhorn._step``) from G0's state; returns the released image
-    gradient of the n private images, as the generator receives it."""
+    """One real DP-Sinkhorn step (``FastStep``, what ``dp_sinkhorn.train`` runs) from G0's state;
+    returns the released image gradient of the n private images, as the generator receives it."""
     G = dp_sinkhorn.build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28)
     G.load_state_dict(G0.state_dict())
     got: list[torch.Tensor] = []
-
-    def hook(m: Any, i: Any, o: torch.Tensor) -> None:
-        o.register_hook(lambda g: got.append(g.detach().double()))
-
-    G.register_forward_hook(hook)
     gens = {"model": torch.Generator().manual_seed(1), "data": noise.torch_generator("cpu", 2),
             "noise": noise.torch_generator("cpu", 3)}
-    san = sanitizers.WholeBatchSanitizer(clip, sigma, n_private=20, generator=gens["noise"])
     # q = 1: everyone is sampled, so D and D + canary differ in exactly one record of the batch
-    dp_sinkhorn._step(G, torch.optim.SGD(G.parameters(), lr=0.0), dp_sinkhorn.records_to_float(ds.x_train),
-                      torch.from_numpy(ds.y_train), 20, 4, 1.0, 10, h, dp_sinkhorn.make_cost("sqeuclidean"), 10,
-                      gens, san, None)
+    spec = fast_step.StepSpec(n=20, n_extra=4, num_classes=10, alpha_c=h.alpha_c, eps=h.temperature, n_iter=10,
+                              scaling=h.sinkhorn_scaling, m=0.0, clip=clip, sigma=sigma, q=1.0)
+    real = fast_step.fast_forward
+    fast_step.fast_forward = _spy_forward(got)
+    try:
+        fast_step.FastStep(G, torch.optim.SGD(G.parameters(), lr=0.0), dp_sinkhorn.records_to_float(ds.x_train),
+                           torch.from_numpy(ds.y_train), spec, gens)()
+    finally:
+        fast_step.fast_forward = real
     return got[0][:20].reshape(-1)
 
 

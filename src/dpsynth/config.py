@@ -139,7 +139,8 @@ class Hyper(_Strict):
     gp_weight: float = Field(default=10.0, ge=0)
     drift: float = Field(default=1e-3, ge=0, description="critic drift penalty on D(real)^2")
     ema_decay: float = Field(default=0.999, ge=0, lt=1, description="released generator = EMA of the generator")
-    model_dim: int = Field(default=64, gt=0, description="GS-WGAN generator/critic width d")
+    model_dim: int = Field(default=64, gt=0, description="generator width d: GS-WGAN's generator/critic width; "
+                           "DP-Sinkhorn's DCGAN generator has channels (4d, 2d, d), the published 64")
     # entropic WGAN (local privacy)
     loss: Literal["entropic", "exact", "sinkhorn_divergence"] = "entropic"
     cost_p: Literal[1, 2] | None = Field(default=None, description="p of the ||x-y||_p^p cost; None: matched "

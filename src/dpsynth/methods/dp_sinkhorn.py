@@ -11,6 +11,11 @@ The ``param`` ablation instead clips/noises the whole parameter gradient (C = 1 
 An empty Poisson batch still counts as a step: the real term contributes no gradient, the
 sanitizer still releases noise, and the accountant charges it. The real batch is padded
 with zero-weight points to a bucketed size, so shapes take few distinct values.
+
+Training runs :class:`~dpsynth.methods.fast_step.FastStep` (one stacked Sinkhorn solve, a
+sync-free sanitizer, a CUDA graph on a GPU) for every variant but the adversarial one.
+:func:`_step` is the plain step: the adversarial variant's (per-partition feature costs), and
+the reference that tests/test_fast_step.py holds the fast step and this trainer to.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dpsynth.methods.base import (
     sigterm_flag,
     write_public_log,
 )
+from dpsynth.methods.fast_step import FastStep, StepSpec
 from dpsynth.nets import build_generator
 from dpsynth.ot import FeatureAugmentedCost, embed_with_labels, entropic_ot, make_cost, num_extra
 from dpsynth.privacy import accounting as acc
@@ -52,6 +58,8 @@ DEFAULT_ITERS = 30
 #: Pad the Poisson batch to a multiple of this many points (zero weights).
 BUCKET = 16
 LOG_EVERY = 25
+#: ``hparams.model_dim`` of the published DCGAN generator (channels 256, 128, 64 = 4d, 2d, d).
+DCGAN_WIDTH = 64
 LOG_FIELDS = ["loss", "real_batch", "clean_norm", "noise_norm", "epsilon", "steps_per_s"]
 
 
@@ -80,6 +88,8 @@ def generator_arch(ctx: TrainContext) -> dict[str, Any]:
     if h.generator == "dcgan":
         kwargs = {"latent_dim": 12 if c == 1 else 32, "num_classes": d.num_classes, "embed_dim": 4,
                   "out_channels": c, "image_size": size}
+        if h.model_dim != DCGAN_WIDTH:  # (4d, 2d, d): the published (256, 128, 64) is d = 64
+            kwargs["channels"] = [4 * h.model_dim, 2 * h.model_dim, h.model_dim]
     elif h.generator == "biggan":
         kwargs = {"latent_dim": 32, "num_classes": d.num_classes, "out_channels": c, "image_size": size}
     else:
@@ -131,12 +141,15 @@ def make_partitions(n_records: int, batch_size: int, k: int | None, seed: int) -
     return np.random.default_rng(seed).permutation(n_records)[: k * size].reshape(k, size)
 
 
-def _make_optimizer(params: Any, h: Any) -> torch.optim.Optimizer:
+def _make_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:
+    """``capturable`` (CUDA only) keeps Adam's/RMSprop's step counter on the device, which a
+    CUDA graph needs; the update is the same."""
     if h.optimizer == "adam":
-        return torch.optim.Adam(params, lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
+        return torch.optim.Adam(params, lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay,
+                                capturable=capturable)
     if h.optimizer == "sgd":
         return torch.optim.SGD(params, lr=h.lr, weight_decay=h.weight_decay)
-    return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay)
+    return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay, capturable=capturable)
 
 
 def _final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: float, sampling: str,
@@ -180,7 +193,10 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     arch = generator_arch(ctx)
     torch.manual_seed(ctx.seed)
     G = build_generator(arch["name"], **arch["kwargs"]).to(dev)
-    opt = _make_optimizer(G.parameters(), h)
+    # The fast step's CUDA graph needs a capturable optimizer (SGD has no device-side state; it
+    # runs the fast step eagerly) and no host-side parameter-gradient sanitizer.
+    graph = dev.type == "cuda" and parts_np is None and h.optimizer != "sgd" and not (private and h.sanitizer == "param")
+    opt = _make_optimizer(G.parameters(), h, capturable=graph)
     adv = None
     if parts_np is not None:
         from dpsynth.nets.features import FeatureExtractor
@@ -195,7 +211,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     clip_param = 1.0  # DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1
     san_img = WholeBatchSanitizer(h.clip, sigma, n_private=n, generator=g_noise) \
-        if private and h.sanitizer == "image" else None
+        if private and h.sanitizer == "image" and adv is not None else None
     san_par = ParamGradSanitizer(list(G.parameters()), clip_param, sigma, generator=g_noise) \
         if private and h.sanitizer == "param" else None
     guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"],
@@ -233,6 +249,33 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                        "phis": [phi.state_dict() for phi in adv["phis"]],
                        "opts": {j: o.state_dict() for j, o in adv["opts"].items()}}})
 
+    fast = None
+    if adv is None:  # everything but the adversarial variant: the fast step (module docstring)
+        spec = StepSpec(n=n, n_extra=n_extra, num_classes=num_classes, alpha_c=h.alpha_c, eps=h.temperature,
+                        n_iter=n_iter, scaling=h.sinkhorn_scaling, m=h.m, clip=h.clip,
+                        sigma=sigma if private and h.sanitizer == "image" else None, q=q)
+        fast = FastStep(G, opt, x_all, y_all, spec, gens, cuda_graph=graph, param_sanitizer=san_par)
+
+    def take_step() -> tuple[Any, Any]:
+        if fast is not None:
+            return fast()
+        return _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gens, san_img, san_par, adv)
+
+    def sanitizer_stats() -> tuple[float, float]:
+        if fast is not None:
+            if san_par is not None:
+                last = san_par.last
+                return (last.clean_norm, last.noise_norm) if last else (float("nan"), 0.0)
+            st = fast.stats()
+            return st["clean_norm"], st["noise_norm"]
+        last = san_img.last if san_img is not None else None
+        return (last.clean_norm, last.noise_norm) if last else (float("nan"), 0.0)
+
+    def checked_save(done: bool = False) -> None:
+        if fast is not None:
+            fast.check()  # on a GPU the step defers its refusal to here: never checkpoint or release past it
+        save_checkpoint(done)
+
     stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
     G.train()
     t_start, steps_start = time.perf_counter(), step
@@ -243,31 +286,36 @@ def train(ctx: TrainContext) -> dict[str, Any]:
             while step < stop_at:
                 if guard is not None:
                     guard.step()  # refuses (PrivacyError) before a step that would exceed the target
-                loss, k = _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter,
-                                gens, san_img, san_par, adv)
+                loss, k = take_step()  # device tensors on the fast path: read at log time only
                 step += 1
                 bar.update(1)
                 if step % LOG_EVERY == 0 or step == total_steps:
+                    if fast is not None:
+                        fast.check()
                     rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
                     eps_spent = guard.epsilon_spent() if guard is not None else math.inf
-                    last = (san_img.last if san_img is not None else san_par.last if san_par is not None else None)
-                    log.write(step, loss=loss, real_batch=k, epsilon=eps_spent, steps_per_s=rate,
-                              clean_norm=last.clean_norm if last else float("nan"),
-                              noise_norm=last.noise_norm if last else 0.0)
-                    bar.set_postfix(loss=f"{loss:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
-                checkpoint_if_due(ctx, step, total_steps, flag, log, save_checkpoint)
+                    clean_norm, noise_norm = sanitizer_stats()
+                    loss_v = float(loss)
+                    log.write(step, loss=loss_v, real_batch=int(k), epsilon=eps_spent, steps_per_s=rate,
+                              clean_norm=clean_norm, noise_norm=noise_norm)
+                    bar.set_postfix(loss=f"{loss_v:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
+                checkpoint_if_due(ctx, step, total_steps, flag, log, checked_save)
     finally:
         bar.close()
         log.close()
         if san_par is not None:
             san_par.remove()
     rows = log.snapshot()
+    if fast is not None:
+        fast.check()  # nothing is released after a refused step (on a GPU the refusal is deferred)
 
     elapsed = time.perf_counter() - t_start
     rate = (step - steps_start) / max(elapsed, 1e-9)
-    if step < total_steps:  # stopped early on purpose (tests simulate a kill this way)
-        save_checkpoint()
-        return {"experiment": ctx.name, "steps": step, "finished": False}
+    if step < total_steps:  # stopped early on purpose (tests simulate a kill; benchmarks time a slice)
+        checked_save()
+        return {"experiment": ctx.name, "steps": step, "total_steps": total_steps, "finished": False,
+                "steps_this_run": step - steps_start, "steps_per_s_this_run": round(rate, 3),
+                "fast_step": fast is not None, "cuda_graph": graph}
 
     meta = {"num_classes": num_classes, "record_shape": list(ctx.data.record_shape),
             "output_range": "tanh" if ctx.data.is_image else "identity",
@@ -283,9 +331,9 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     save_generator(ctx.generator_path, G, arch, meta)
     write_public_log(rows, ctx.public_log_path)
     report.write(ctx.privacy_path)
-    save_checkpoint(done=True)
+    checked_save(done=True)
     return {"experiment": ctx.name, "steps": step, "sigma": sigma, "steps_per_s_this_run": round(rate, 2),
-            "epsilon": report.epsilon, "finished": True}
+            "epsilon": report.epsilon, "finished": True, "fast_step": fast is not None, "cuda_graph": graph}
 
 
 def _poisson_batch(x_all: torch.Tensor, y_all: torch.Tensor, q: float, gen: torch.Generator

@@ -315,7 +315,8 @@ def _embed(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha
 
 
 class FastStep:
-    """One DP-Sinkhorn step, like ``dp_sinkhorn._step`` for the image sanitizer (or none).
+    """One DP-Sinkhorn step, like ``dp_sinkhorn._step`` for the image sanitizer, the parameter
+    sanitizer (``param_sanitizer``, eager only) or none.
 
     ``gens`` holds the trainer's three torch.Generators (``model``, ``data``, ``noise``),
     consumed in the trainer's order, so a run equals ``dp_sinkhorn.train`` given the same seed
@@ -325,12 +326,17 @@ class FastStep:
 
     def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
                  gens: dict[str, torch.Generator], *, cuda_graph: bool | None = None,
-                 capacity: int | None = None) -> None:
+                 capacity: int | None = None, param_sanitizer: Any = None) -> None:
         self.G, self.opt, self.x_all, self.y_all, self.spec, self.gens = G, opt, x_all, y_all, spec, gens
         self.device = x_all.device
+        self.param_sanitizer = param_sanitizer  # grad_theta ablation: clip+noise the parameter gradient
+        if param_sanitizer is not None and spec.sigma is not None:
+            raise ConfigError("FastStep: the image sanitizer (spec.sigma) and a parameter sanitizer are exclusive")
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
         if self.cuda_graph and self.device.type != "cuda":
             raise ConfigError("FastStep: cuda_graph=True needs CUDA tensors")
+        if self.cuda_graph and param_sanitizer is not None:
+            raise ConfigError("FastStep: the parameter sanitizer runs on the host; use cuda_graph=False")
         self.capacity = capacity or poisson_capacity(x_all.shape[0], spec.q)
         self.conditional = getattr(G, "num_classes", None) is not None
         self.overflow = torch.zeros((), dtype=torch.bool, device=self.device)
@@ -370,6 +376,8 @@ class FastStep:
         xs, ys, w, k = _poisson_batch(self.x_all, self.y_all, self.spec.q, self.gens["data"])
         z, labels = self._draw()
         loss = self._loss_backward(z, labels, xs, ys, w)
+        if self.param_sanitizer is not None:
+            self.param_sanitizer.sanitize_()  # refuses a non-finite gradient itself (PrivacyError)
         if self.device.type == "cpu":
             self.check()  # free on CPU: refuse before the optimizer moves, like the trainer
         self.opt.step()

@@ -14,6 +14,9 @@ trials reported, because the machine may be shared. Contenders:
   one generator forward of ``n + n'`` (our trainer's model, as in DESIGN 5.1), not two.
 * ``trainer`` -- ``dp_sinkhorn._step`` as the trainer runs it today.
 * ``fast`` -- :class:`dpsynth.methods.fast_step.FastStep` (CUDA graph on a GPU).
+* ``fast_eager`` (CUDA only) -- the same FastStep without the CUDA graph, so the graph's own
+  share of the speed-up is measured, not assumed. ``paths`` in the JSON says which path each
+  contender ran (``cuda_graph`` or ``eager``), read from the step objects themselves.
 * ``generator_floor`` -- only the part every contender shares: the generator forward
   (:func:`~dpsynth.methods.fast_step.fast_forward`) on the same ``n + n'`` latents, a
   backward from a trivial loss, and the Adam step -- no OT loss, no sanitizer. No step with
@@ -278,6 +281,13 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     G_0, opt_0, gens_0 = _setup(dev, 0)
     floor = GeneratorFloor(G_0, opt_0, n + ne, gens_0["model"])
     contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast, "generator_floor": floor}
+    paths = {"reference": "eager", "fast": "cuda_graph" if fast.cuda_graph else "eager", "generator_floor": "eager"}
+    fast_eager = None
+    if dev.type == "cuda":  # the graph's share of the fast step's speed, measured beside it
+        G_e, opt_e, gens_e = _setup(dev, 0)
+        fast_eager = FastStep(G_e, opt_e, x_all, y_all, spec, gens_e, cuda_graph=False)
+        contenders["fast_eager"] = fast_eager
+        paths["fast_eager"] = "eager"
     if trainer:
         G_t, opt_t, gens_t = _setup(dev, 0)
         san = WholeBatchSanitizer(s["clip"], s["sigma"], n_private=n, generator=gens_t["noise"])
@@ -285,14 +295,17 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         cost = make_cost("sqeuclidean")
         contenders["trainer"] = lambda: dp_sinkhorn._step(G_t, opt_t, x_all, y_all, n, ne, s["q"], 10, h, cost,
                                                           s["n_iter"], gens_t, san, None)
+        paths["trainer"] = "eager"
     load_before = os.getloadavg()
     res = _interleaved(contenders, steps, trials, warmup, dev)
     fast.check()
+    if fast_eager is not None:
+        fast_eager.check()
     out: dict[str, Any] = {
         "device": device, "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
         or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(), "settings": {k: v for k, v in s.items()}, "steps_per_trial": steps,
-        "trials": trials, "warmup": warmup, "steps": res,
+        "trials": trials, "warmup": warmup, "steps": res, "paths": paths, "fast_path": paths["fast"],
         "ratio_fast_over_reference": res["fast"]["steps_per_s"] / res["reference"]["steps_per_s"],
         "reference_settings": "geomloss.SamplesLoss('sinkhorn', p=2, blur=sqrt(eps), scaling=0.5, debias=False, "
                               "backend='tensorized', cost=||x-y||^2 (published default)), called twice per step; "
@@ -312,6 +325,8 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
                 "here (its forward, backward and Adam alone); conv GFLOP/s at the floor vs a 2048^2 matmul's "
                 "rate says whether the floor is compute (near the matmul rate) or overhead (far below)",
     }
+    if "fast_eager" in res:
+        out["ratio_cuda_graph_over_eager"] = res["fast"]["steps_per_s"] / res["fast_eager"]["steps_per_s"]
     if "trainer" in res:
         out["ratio_fast_over_trainer"] = res["fast"]["steps_per_s"] / res["trainer"]["steps_per_s"]
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
@@ -350,6 +365,8 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
     # Each call advances all k configurations by one step: configuration-steps/s = k * calls/s.
     thr = {name: k * v["steps_per_s"] for name, v in res.items()}
     return {"configs": k, "forward_mode": batched.forward_mode, "config_steps_per_s": thr, "trials": res,
+            "paths": {"batched": "cuda_graph" if getattr(batched, "cuda_graph", False) else "eager",
+                      "sequential": "cuda_graph" if any(st.cuda_graph for st in singles) else "eager"},
             "ratio_batched_over_sequential": thr["batched"] / thr["sequential"],
             "members": [{"seed": m.seed, "m": m.m, "sigma": m.sigma, "clip": m.clip} for m in members]}
 
@@ -360,7 +377,10 @@ def run_dp_sinkhorn(args: argparse.Namespace) -> int:
     r = out["steps"]
     line = ", ".join(f"{k} {v['steps_per_s']:.3f} steps/s" for k, v in r.items())
     print(f"[{out['device']}, {out['threads']} threads, load {out['loadavg_before'][0]:.2f}] {line}; "
-          f"fast/reference = {out['ratio_fast_over_reference']:.2f}x")
+          f"fast/reference = {out['ratio_fast_over_reference']:.2f}x (fast: {out['fast_path']})")
+    if "ratio_cuda_graph_over_eager" in out:
+        print(f"CUDA graph: fast {r['fast']['steps_per_s']:.1f} vs the same step eager "
+              f"{r['fast_eager']['steps_per_s']:.1f} steps/s = {out['ratio_cuda_graph_over_eager']:.2f}x")
     fl = out["floor"]
     print(f"floor: generator alone bounds fast/reference at {fl['bound_over_reference']:.2f}x; fast reaches "
           f"{fl['fast_share_of_floor']:.0%} of the floor; convolutions {fl['conv_gflop_per_step']:.2f} GFLOP/step at "

@@ -57,6 +57,8 @@ def build_context(args: argparse.Namespace):
         noise=NoiseSource(params.privacy_noise, seed if params.privacy_noise == "reproducible" else None),
         private_dir=private_run_dir(args.private_out, args.experiment),
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
+        # getattr: `warmstart` and tests build this Namespace without the train-only flag
+        max_steps_this_run=getattr(args, "max_steps_this_run", None),
     )
 
 
@@ -85,7 +87,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _positive_int(text: str) -> int:
-    """argparse type: a checkpoint interval of 0 or less would never checkpoint (or divide by zero)."""
+    """argparse type: a checkpoint interval of 0 or less would never checkpoint (or divide by zero);
+    a slice of 0 steps would time nothing."""
     try:
         value = int(text)
     except ValueError:
@@ -107,4 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",
                    help="write a resume checkpoint every N steps (default: the method's)")
+    p.add_argument("--max-steps-this-run", type=_positive_int, default=None, metavar="N",
+                   help="stop after N steps of this run, for timed slices and benchmarks: the run "
+                        "checkpoints (nothing is released) and a later `dpsynth train` resumes it")
     p.set_defaults(func=_train)

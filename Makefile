@@ -27,4 +27,4 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 clean-results:
-	rm -rf data/processed data/privatized data/synthetic models private results logs .snakemake
+	rm -rf data/processed data/privatized data/synthetic models private results logs .snakemake benchmarks/jobs

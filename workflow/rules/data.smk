@@ -11,6 +11,8 @@ rule prepare_data:
         meta="data/processed/{dataset}.json",
     log:
         "logs/data/{dataset}.log",
+    benchmark:
+        "benchmarks/jobs/prepare_data/{dataset}.tsv"
     params:
         cli=DPSYNTH,
     resources:

@@ -1,5 +1,9 @@
 # (privatize | warm start) -> train -> sample -> evaluate, one experiment at a time; the real-data
 # rows; the W2-vs-noise sweep; the report.
+# Every job (here and in data.smk) also writes its wall-clock, CPU time and peak memory to
+# benchmarks/jobs/<rule>/<wildcards>.tsv, measured where it ran (a SLURM job too), so the pipeline
+# records its own cost; `scripts/stage-times.py` sums them per stage. Nothing depends on them:
+# they are not job outputs (`snakemake --summary`) and have no counterpart in dvc.yaml.
 
 
 rule privatize:
@@ -10,6 +14,8 @@ rule privatize:
         report="data/privatized/{experiment}.json",
     log:
         "logs/privatize/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/privatize/{experiment}.tsv"
     params:
         cli=DPSYNTH,
     conda:
@@ -26,6 +32,8 @@ rule warmstart:
         info="private/warmstart/{experiment}/warmstart.json",
     log:
         "logs/warmstart/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/warmstart/{experiment}.tsv"
     params:
         cli=DPSYNTH,
     threads: PARAMS.threads
@@ -49,6 +57,8 @@ rule train:
         log_csv="models/{experiment}/train_log.csv",
     log:
         "logs/train/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/train/{experiment}.tsv"
     params:
         cli=DPSYNTH,
     threads: PARAMS.threads
@@ -72,6 +82,8 @@ rule sample:
         grid="results/runs/{experiment}/samples.png",
     log:
         "logs/sample/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/sample/{experiment}.tsv"
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
@@ -93,6 +105,8 @@ rule evaluate:
         metrics="results/runs/{experiment}/metrics.json",
     log:
         "logs/evaluate/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/evaluate/{experiment}.tsv"
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
@@ -112,6 +126,8 @@ rule evaluate_real:
         metrics="results/real/{dataset}/metrics.json",
     log:
         "logs/evaluate/real_{dataset}.log",
+    benchmark:
+        "benchmarks/jobs/evaluate_real/{dataset}.tsv"
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
@@ -132,6 +148,8 @@ rule w2_noise:
         info="results/w2_noise/{dataset}.json",
     log:
         "logs/w2_noise/{dataset}.log",
+    benchmark:
+        "benchmarks/jobs/w2_noise/{dataset}.tsv"
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
@@ -155,6 +173,8 @@ rule report:
         figures=directory("results/figures"),
     log:
         "logs/report.log",
+    benchmark:
+        "benchmarks/jobs/report.tsv"
     params:
         cli=DPSYNTH,
     conda:

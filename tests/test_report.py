@@ -484,3 +484,19 @@ def test_a_cell_swept_by_two_sweeps_is_one_row(tmp_path: Path) -> None:
     f = build_table("pm_grid_fmnist", params, tmp_path).frame
     cell = f[(f["p"] == "0.2") & (f["m"] == "1")]
     assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 ± 0.0"
+
+
+def test_scale_notes_state_what_a_reduced_scale_changed(tmp_path):
+    """A quick-scale row says its steps, the hyperparameters the scale overrode (with the paper's
+    value) and the classifier budget; paper-scale runs need no such note."""
+    from dpsynth.report.runs import Run
+    from dpsynth.report.tables import _scale_notes
+
+    train = {"steps": 2000, "scale_overrides": {"lr": {"paper": 1e-5, "this_scale": 1e-3},
+                                                "model_dim": {"paper": 64, "this_scale": 32}}}
+    preset = {"classifier_max_epochs": 5, "classifier_train_subset": 10000}
+    quick = Run("dps_mnist", tmp_path, {"scale": "quick", "train": train, "preset": preset})
+    paper = Run("dps_fmnist", tmp_path, {"scale": "paper", "train": train, "preset": preset})
+    notes = _scale_notes([quick, paper, None])
+    assert notes == ["Ours at scale quick: 2,000 training steps; lr 0.001 (paper 1e-05); model_dim 32 (paper 64); "
+                     "MLP/CNN at most 5 epochs on 10000 images (dps_mnist)"]

@@ -26,6 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynth.errors import DpsynthError
+from dpsynth.io import read_json, write_json
+
 #: The issue's targets (#20): the 3.46 M-step MNIST run under 30 minutes on one H100, which
 #: needs about 1,900 steps/s of the training loop; a batched sweep of 8 over 4x the throughput of
 #: the same 8 trained one after another. The two train targets are checked separately: at the
@@ -146,24 +149,7 @@ def cmd_slice(a: argparse.Namespace) -> None:
     res = slice_result(_last_json_object(src.read_text(), str(src)), str(src), a.steps_requested)
     res = {**res, **device_info(a.device), "scale": a.scale, "dry_run": a.dry_run,
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": a.command}
-    _write(Path(a.out), res)
-
-
-def _write(path: Path, obj: dict[str, Any]) -> None:
-    """Temporary file + rename, like every other writer of this project: no half JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SummaryError(f"{path}: not found")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SummaryError(f"{path}: not JSON ({e})") from None
+    write_json(Path(a.out), res)
 
 
 def _mark(met: bool) -> str:
@@ -171,7 +157,7 @@ def _mark(met: bool) -> str:
 
 
 def cmd_report(a: argparse.Namespace) -> None:
-    bench, train = _read(Path(a.step_sweep)), _read(Path(a.train_slice))
+    bench, train = read_json(a.step_sweep), read_json(a.train_slice)
     lines = [f"GPU benchmark on {bench.get('device_name')} ({bench.get('device')}), torch {bench.get('torch')}"
              + ("  [DRY RUN: plumbing only, not a measurement]" if train.get("dry_run") else ""), "",
              "step benchmark (MNIST settings, median steps/s):"]
@@ -205,7 +191,7 @@ def cmd_report(a: argparse.Namespace) -> None:
               f"  full run < {t['full_run_minutes']['target']:g} min: {_mark(t['full_run_minutes']['met'])}"]
     print("\n".join(lines))
     if a.out:
-        _write(Path(a.out), out)
+        write_json(Path(a.out), out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd_slice(a)
         else:
             cmd_report(a)
-    except SummaryError as e:
+    except (SummaryError, DpsynthError) as e:  # DpsynthError: read_json's missing or bad file
         print(f"gpu_summary: {e}", file=sys.stderr)
         return 2
     return 0

@@ -151,8 +151,9 @@ def _scale_notes(runs: list[Run | None]) -> list[str]:
         parts = [f"{train['steps']:,} training steps" if isinstance(train.get("steps"), int) else None]
         for key, ov in sorted((train.get("scale_overrides") or {}).items()):
             if isinstance(ov, dict) and "this_scale" in ov:
-                parts.append(f"{key} {ov['this_scale']:g} (paper {ov.get('paper')})" if isinstance(
-                    ov["this_scale"], (int, float)) else f"{key} {ov['this_scale']} (paper {ov.get('paper')})")
+                value = ov["this_scale"]
+                shown = format(value, "g") if isinstance(value, float) else value
+                parts.append(f"{key} {shown} (paper {ov.get('paper')})")
         if preset.get("classifier_max_epochs"):
             parts.append(f"MLP/CNN at most {preset['classifier_max_epochs']} epochs on "
                          f"{preset.get('classifier_train_subset') or 'all'} images")

@@ -4,26 +4,66 @@ Each stage lives in its own module under ``dpsynth.cli`` exposing
 ``register(subparsers)``; the handler it installs receives the parsed namespace.
 Handlers raise ``DpsynthError`` for user mistakes: ``main`` prints the message
 (no traceback) and exits with code 2, so Snakemake/DVC logs show the reason.
+
+Building the parser imports every stage module, so those modules import nothing heavy
+(torch, numpy, pydantic, dp_accounting, the data layer) at module level: ``dpsynth --help``
+stays well under a second. tests/test_cli_startup.py checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import errno
+import os
 import importlib
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from dpsynth.errors import DpsynthError
 
 # Stage modules, in the order they appear in --help. A module that is missing
 # (a stage not built yet) is simply not offered.
-_STAGES = ("config", "data", "privacy", "privatize", "warmstart", "train", "sample", "evaluate", "w2noise", "report",
-           "bench")
+_STAGES = ("config", "experiments", "data", "privacy", "privatize", "warmstart", "train", "sample", "evaluate",
+           "w2noise", "report", "bench")
+
+_INVALID_CHOICE = re.compile(r"invalid choice: (?P<value>.+?) \(choose from (?P<choices>.*)\)$")
+
+
+def _choices(text: str) -> list[str]:
+    """argparse lists choices as reprs joined by ', ' (Python 3.11), or as plain strings (later)."""
+    try:
+        parsed = ast.literal_eval(f"[{text}]")
+        if all(isinstance(c, str) for c in parsed):
+            return parsed
+    except (ValueError, SyntaxError):
+        pass
+    return [c.strip().strip("'\"") for c in text.split(",")]
+
+
+def suggest_choice(message: str) -> str:
+    """argparse's ``invalid choice: 'trian' (choose from ...)`` plus ``; did you mean 'train'?``
+    when a choice is close (difflib); the message unchanged otherwise."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message
+    close = difflib.get_close_matches(_choices(m.group("value"))[0], _choices(m.group("choices")), n=1)
+    return f"{message}; did you mean {close[0]!r}?" if close else message
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose ``invalid choice`` errors (a misspelt stage, sub-command or
+    option value) suggest the closest choice. Sub-parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(suggest_choice(message))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dpsynth",
         description="Differentially private generative models of images: one subcommand per pipeline stage.",
     )
@@ -48,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DpsynthError as exc:
         print(f"dpsynth: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `dpsynth experiments list | head`: the reader left; stop quietly, as other Unix tools do
+        # (stdout is pointed at /dev/null so the interpreter's final flush cannot fail again).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise  # anything else is not a full disk: keep the traceback

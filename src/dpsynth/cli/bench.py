@@ -40,13 +40,12 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import ConfigError, DpsynthError
-from dpsynth.io import write_json
+
+if TYPE_CHECKING:  # imported where used: `dpsynth --help` must not pay for torch
+    import torch
 
 #: The paper's MNIST settings (ICLR App. D; params.yaml dps_mnist).
 MNIST = {"batch_size": 50, "p": 0.2, "eps": 0.05, "alpha_c": 15.0, "clip": 0.5, "sigma": 1.1, "lr": 1e-5,
@@ -98,6 +97,8 @@ class ReferenceStep:
         self.last: dict[str, float] = {}
 
     def _hook(self, g: torch.Tensor) -> torch.Tensor:
+        import torch
+
         n, s = self.n, self.s
         priv, extra = g[:n], g[n:]
         clean = priv.norm().item()
@@ -110,6 +111,8 @@ class ReferenceStep:
         return torch.cat([priv + noise, extra])
 
     def __call__(self) -> float:
+        import torch
+
         s, G, n, ne = self.s, self.G, self.n, self.n_extra
         mask = torch.rand(self.x_all.shape[0], generator=self.gens["data"], device=self.x_all.device) < self.s["q"]
         idx = mask.nonzero().squeeze(1)
@@ -139,6 +142,8 @@ def _settings() -> dict[str, Any]:
 
 def _setup(dev: torch.device, seed: int, capturable: bool = False
            ) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
+    import torch
+
     from dpsynth.nets import build_generator
 
     s = MNIST
@@ -153,6 +158,8 @@ def _setup(dev: torch.device, seed: int, capturable: bool = False
 
 
 def _sync(dev: torch.device) -> None:
+    import torch
+
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
@@ -160,6 +167,8 @@ def _sync(dev: torch.device) -> None:
 def conv_flops(G: torch.nn.Module, z: torch.Tensor, labels: torch.Tensor | None) -> float:
     """Floating-point operations of G's convolutions for one forward, from the layer shapes
     (2 per multiply-add; transposed convolutions counted input-centric, border taps included)."""
+    import torch
+
     total = 0.0
 
     def hook(mod: torch.nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
@@ -182,6 +191,8 @@ def conv_flops(G: torch.nn.Module, z: torch.Tensor, labels: torch.Tensor | None)
 
 def matmul_rate(dev: torch.device, size: int = 2048, reps: int = 5) -> float:
     """FLOP/s of a ``size``-square float32 matmul on ``dev`` (a reference for the device's peak)."""
+    import torch
+
     a = torch.randn(size, size, device=dev)
     b = torch.randn(size, size, device=dev)
     a @ b
@@ -231,6 +242,9 @@ def _interleaved(contenders: dict[str, Callable[[], Any]], steps: int, trials: i
 
 def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """MNIST-shaped synthetic records (timing does not depend on pixel values), in [-1, 1]."""
+    import numpy as np
+    import torch
+
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.integers(0, 256, (records, 1, 28, 28), dtype=np.uint8)).float() / 127.5 - 1.0
     y = torch.from_numpy(rng.integers(0, 10, records))
@@ -241,6 +255,8 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
                       trainer: bool = True, sweep_mode: str = "auto") -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
+    import torch
+
     if min(steps, trials) < 1 or warmup < 0:
         raise ConfigError(f"bench: --steps and --trials must be >= 1 and --warmup >= 0, got {steps}, {trials}, {warmup}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -259,6 +275,8 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
 def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int, trainer: bool,
            sweep_mode: str) -> dict[str, Any]:
     from types import SimpleNamespace
+
+    import torch
 
     from dpsynth.methods import dp_sinkhorn
     from dpsynth.methods.fast_step import FastStep, StepSpec
@@ -372,6 +390,8 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
 
 
 def run_dp_sinkhorn(args: argparse.Namespace) -> int:
+    from dpsynth.io import write_json
+
     out = bench_dp_sinkhorn(args.device, args.steps, args.trials, args.warmup, args.threads, args.sweep,
                             args.records, trainer=not args.skip_trainer, sweep_mode=args.sweep_mode)
     r = out["steps"]

@@ -1,18 +1,27 @@
-"""Helpers shared by the CLI stage modules."""
+"""Helpers shared by the CLI stage modules.
+
+Importing this module (and every stage module) must stay cheap: ``dpsynth --help`` builds the
+whole parser, so torch, numpy, pydantic (``dpsynth.config``), dp_accounting and the data layer
+are imported inside the functions that use them, never at module level
+(tests/test_cli_startup.py checks).
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpsynth.config import Params, load_params
-from dpsynth.data.prepare import Sources
 from dpsynth.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
+
+    from dpsynth.config import Experiment, Params
+    from dpsynth.data.prepare import Sources
 
 DEFAULT_PARAMS = "params.yaml"
 
@@ -26,13 +35,43 @@ def add_params_arg(p: argparse.ArgumentParser) -> None:
 
 def params_from_args(args: argparse.Namespace, required: bool = True) -> Params | None:
     """Load the parameters file named by ``--params`` (or ./params.yaml)."""
-    path = args.params or DEFAULT_PARAMS
+    from dpsynth.config import load_params
+
+    path = params_path(args)
     if args.params is None and not Path(path).is_file() and not required:
         return None
     return load_params(path, scale=getattr(args, "scale", None))
 
 
+def params_path(args: argparse.Namespace) -> str:
+    """The parameters file a command reads: ``--params`` or ./params.yaml."""
+    return getattr(args, "params", None) or DEFAULT_PARAMS
+
+
+def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``known`` (difflib), or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, [str(k) for k in known], n=n)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+def unknown_experiment_message(name: str, known: Iterable[str], source: str = DEFAULT_PARAMS) -> str:
+    """``unknown experiment 'x' in params.yaml; did you mean 'y'? (dpsynth experiments list shows all)``."""
+    return f"unknown experiment {name!r} in {source}{did_you_mean(name, known)} (dpsynth experiments list shows all)"
+
+
+def get_experiment(params: Params, name: str, source: str = DEFAULT_PARAMS) -> Experiment:
+    """The experiment (or sweep cell) called ``name``; a typo gets the closest configured names."""
+    experiments = params.all_experiments()
+    if name not in experiments:
+        raise ConfigError(unknown_experiment_message(name, experiments, source))
+    return experiments[name]
+
+
 def sources_from(params: Params | None, root: str | None = None, extra_dirs: list[str] | None = None) -> Sources:
+    from dpsynth.data.prepare import Sources
+
     data = params.data if params is not None else None
     return Sources(
         root=Path(root or (data.root if data else "data")),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-import yaml
-
 from dpsynth.cli.common import add_params_arg, params_from_args
-from dpsynth.config import load_params, resolve_privacy
 
 
 def _show(args: argparse.Namespace) -> int:
+    import yaml
+
+    from dpsynth.config import resolve_privacy
+
     params = params_from_args(args)
     assert params is not None
     resolved = params.model_dump(mode="json")
@@ -32,6 +33,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from dpsynth.config import load_params
+
     params = load_params(args.file)
     n = len(params.all_experiments())
     print(f"{args.file}: OK (scale {params.scale}, {len(params.datasets)} datasets, {n} experiments "

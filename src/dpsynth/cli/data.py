@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 from dpsynth.cli.common import add_params_arg, params_from_args, sources_from
-from dpsynth.data.prepare import prepare, processed_paths
-from dpsynth.data.registry import DATASETS, unknown_dataset_message
 from dpsynth.errors import DataError
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from dpsynth.data.prepare import prepare, processed_paths
+    from dpsynth.data.registry import DATASETS, unknown_dataset_message
+
     params = params_from_args(args, required=False)
     src = sources_from(params, root=args.root, extra_dirs=args.source_dir)
     unknown = [name for name in args.dataset if name not in DATASETS]
@@ -25,6 +26,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from dpsynth.data.registry import DATASETS
+
     for name, spec in sorted(DATASETS.items()):
         print(f"{name:24s} {spec.num_classes:3d} classes  {str(spec.shape):12s} {spec.description}")
     return 0

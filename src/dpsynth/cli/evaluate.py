@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, get_experiment, params_from_args, params_path
 from dpsynth.errors import DpsynthError
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    params = params_from_args(args)
+    # a misspelt experiment fails here, before torch and the metrics are imported
+    exp = None if args.real else get_experiment(params, args.experiment, params_path(args))
+
     from dpsynth.data import load_processed
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
     from dpsynth.io import read_json, write_json
     from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
 
-    params = params_from_args(args)
     apply_threads(params)
     ev, preset = params.evaluation, params.preset
     processed = Path(params.data.root) / "processed"
@@ -33,10 +36,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                    "privacy": None}
         out = real_metrics_file(args.results, args.real)
     else:
-        experiments = params.all_experiments()
-        if args.experiment not in experiments:
-            raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
-        exp = experiments[args.experiment]
+        assert exp is not None
         real = load_processed(processed / f"{exp.dataset}.npz")
         paths = [Path(args.synthetic) / args.experiment / f"seed{k}.npz" for k in range(preset.n_synthetic_sets)]
         metrics = {"experiment": args.experiment, "dataset": exp.dataset, "method": exp.method,

@@ -13,7 +13,10 @@ import math
 from typing import Any
 
 from dpsynth.errors import PrivacyError
-from dpsynth.privacy import accounting as acc
+
+#: ``dpsynth.privacy.accounting.SAMPLINGS``, spelt out so that building the parser does not
+#: import dp_accounting (a second or more); tests/test_cli_startup.py checks that the two agree.
+SAMPLINGS: tuple[str, ...] = ("poisson", "without_replacement")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sp.add_argument("--batch-size", type=int, required=True, help="expected batch size B")
         sp.add_argument("--dataset-size", type=int, help="private training set size N (dp_sgd)")
         sp.add_argument("--shards", type=int, help="number of discriminator shards N_d (gs_wgan)")
-        sp.add_argument("--sampling", choices=acc.SAMPLINGS, default="poisson",
+        sp.add_argument("--sampling", choices=SAMPLINGS, default="poisson",
                         help="dp_sgd only: poisson (add/remove) or without_replacement (fixed size, replace-one)")
         sp.add_argument("--pld", action="store_true", help="also run the PLD accountant (slower)")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,6 +54,8 @@ def _conversions(pld: bool) -> tuple[str, ...]:
 
 
 def _dp_sgd(args: argparse.Namespace) -> dict[str, Any]:
+    from dpsynth.privacy import accounting as acc
+
     if args.dataset_size is None:
         raise PrivacyError("--dataset-size is required for --method dp_sgd")
     if args.dataset_size < 1 or not 1 <= args.batch_size <= args.dataset_size:
@@ -71,6 +76,8 @@ def _dp_sgd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
+    from dpsynth.privacy import accounting as acc
+
     if args.shards is None:
         raise PrivacyError("--shards is required for --method gs_wgan")
     if args.shards < 1 or args.batch_size < 1:

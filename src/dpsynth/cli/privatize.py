@@ -22,21 +22,31 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from dpsynth.cli.common import (
+    DEFAULT_PARAMS,
+    add_params_arg,
+    apply_threads,
+    get_experiment,
+    params_from_args,
+    params_path,
+)
+from dpsynth.errors import ConfigError
 
-from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
-from dpsynth.config import Params
-from dpsynth.errors import ConfigError, DpsynthError
+if TYPE_CHECKING:
+    from dpsynth.config import Params
 
 
 def privatized_paths(root: Path, experiment: str) -> tuple[Path, Path]:
     return root / "privatized" / f"{experiment}.npz", root / "privatized" / f"{experiment}.json"
 
 
-def privatize(params: Params, experiment: str) -> dict[str, Any]:
-    """Privatize one experiment's training records; return the report that was written."""
+def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> dict[str, Any]:
+    """Privatize one experiment's training records; return the report that was written.
+    ``source`` names the parameters file in the error for an unknown experiment."""
+    import numpy as np
+
     from dpsynth import __version__
     from dpsynth.data.dataset import load_processed
     from dpsynth.data.registry import get_spec
@@ -45,10 +55,7 @@ def privatize(params: Params, experiment: str) -> dict[str, Any]:
     from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
     from dpsynth.privacy.randomness import NoiseSource
 
-    experiments = params.all_experiments()
-    if experiment not in experiments:
-        raise DpsynthError(f"unknown experiment {experiment!r} (see `dpsynth config show`)")
-    exp = experiments[experiment]
+    exp = get_experiment(params, experiment, source)
     local = exp.local
     if local is None:
         raise ConfigError(f"experiments.{experiment}: has no local: section, so there is nothing to privatize")
@@ -98,7 +105,7 @@ def _handle(args: argparse.Namespace) -> int:
     params = params_from_args(args)
     apply_threads(params)
     assert params is not None
-    report = privatize(params, args.experiment)
+    report = privatize(params, args.experiment, params_path(args))
     keys = ("experiment", "mechanism", "epsilon", "epsilon_paper_convention", "delta", "radius",
             "noise_scale", "num_records", "dim")
     print(json.dumps({k: report[k] for k in keys}, indent=2))

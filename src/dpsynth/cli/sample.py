@@ -7,20 +7,20 @@ import re
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, get_experiment, params_from_args, params_path
 from dpsynth.errors import DpsynthError
 from dpsynth.paths import samples_png
 
 
 def _sample(args: argparse.Namespace) -> int:
+    params = params_from_args(args)
+    get_experiment(params, args.experiment, params_path(args))  # a typo fails here, before torch is imported
+
     from dpsynth.evaluate.sampling import generate, sample_grid, sha256_file, write_synthetic
     from dpsynth.io import read_json
     from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator, writing_to
 
-    params = params_from_args(args)
     apply_threads(params)
-    if args.experiment not in params.all_experiments():
-        raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
     model_dir = Path(args.models) / args.experiment
     privacy_path = model_dir / PRIVACY_FILE
     if not privacy_path.is_file():

@@ -7,7 +7,15 @@ import json
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import DEVICE_HELP, add_params_arg, apply_threads, params_from_args, resolve_device
+from dpsynth.cli.common import (
+    DEVICE_HELP,
+    add_params_arg,
+    apply_threads,
+    get_experiment,
+    params_from_args,
+    params_path,
+    resolve_device,
+)
 from dpsynth.errors import DpsynthError
 
 
@@ -33,10 +41,7 @@ def build_context(args: argparse.Namespace):
     device = resolve_device(args.device)  # before any work: a bad --device fails in a second, clearly
     params = params_from_args(args)
     apply_threads(params)
-    experiments = params.all_experiments()
-    if args.experiment not in experiments:
-        raise DpsynthError(f"unknown experiment {args.experiment!r} (see `dpsynth config show`)")
-    exp, overrides = apply_preset(experiments[args.experiment], params.preset)
+    exp, overrides = apply_preset(get_experiment(params, args.experiment, params_path(args)), params.preset)
     seed = params.seeds[0] if args.seed is None else args.seed
     path = data_path(params, args.experiment)
     if exp.local is not None and not path.is_file():

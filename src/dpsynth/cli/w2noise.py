@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, apply_threads, params_from_args
+from dpsynth.cli.common import add_params_arg, apply_threads, did_you_mean, params_from_args
 from dpsynth.errors import ConfigError
 
 FIELDS = ("loss", "noise_std", "seed", "w2", "w2_privatized_data", "temperature", "steps", "batch_size",
@@ -34,7 +34,8 @@ def _w2noise(args: argparse.Namespace) -> int:
     assert params is not None
     apply_threads(params)
     if args.dataset not in params.w2_noise:
-        raise ConfigError(f"w2_noise.{args.dataset}: no W2-vs-noise sweep configured for this dataset "
+        raise ConfigError(f"w2_noise.{args.dataset}: no W2-vs-noise sweep configured for this dataset"
+                          f"{did_you_mean(args.dataset, params.w2_noise)} "
                           f"(configured: {sorted(params.w2_noise) or 'none'})")
     cfg, preset = params.w2_noise[args.dataset], params.preset
     steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps

@@ -47,8 +47,12 @@ def snakemake_commands(cwd: Path) -> set[str]:
     for line in out.splitlines():
         m = re.search(r"-m dpsynth\.cli (.*?)(?: > \S+ 2>&1)?$", line.strip())
         if m:
-            cmds.add(m.group(1).strip())
+            # Snakemake's jobs read the run's validated snapshot of params.yaml (+ overrides)
+            cmds.add(RUN_PARAMS_RE.sub("--params params.yaml", m.group(1).strip()))
     return cmds
+
+
+RUN_PARAMS_RE = re.compile(r"--params \.snakemake/dpsynth/params-[0-9a-f]{12}\.yaml")
 
 
 def snakemake_jobs(cwd: Path) -> list[tuple[str, frozenset[str], frozenset[str]]]:
@@ -234,6 +238,23 @@ def test_lint_and_dry_runs_on_shipped_params():
         assert stage in dag
 
 
+def dry_run_plan(cwd: Path, *args: str) -> list[tuple[str, str, str]]:
+    """(rule, the job's wildcard value, reason) of every job `snakemake -n` plans."""
+    out = run([venv_bin("snakemake"), "-n", *args], cwd)
+    jobs: list[list[str]] = []
+    for line in out.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
+        if m:
+            jobs.append([m.group(1), "", ""])
+            continue
+        m = re.match(r"^(wildcards|reason): (.*)$", line.strip())
+        if m and jobs and m.group(1) == "wildcards":
+            jobs[-1][1] = m.group(2).split("=", 1)[-1]  # every rule has at most one wildcard
+        elif m and jobs:
+            jobs[-1][2] = m.group(2)
+    return [(r, w, why) for r, w, why in jobs if r != "all"]
+
+
 def smoke_patch(p: dict) -> None:
     """One DP-Sinkhorn target, one sweep cell, the real-data row and a one-level W2 sweep. Reproducible
     noise: the tests compare the generators two runners made bit for bit (not private, and labelled so)."""
@@ -261,8 +282,17 @@ def smoke_gswgan_patch(p: dict) -> None:
 def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
     """A real `snakemake` run and a real `dvc repro` (temporary git repo, no remote) of the whole
     smoke pipeline give the same generator and the same synthetic data; DVC is then clean."""
-    sm_dir = copy_workflow(tmp_path / "sm", smoke_gswgan_patch)
-    run([venv_bin("snakemake"), "--cores", "2"], sm_dir, timeout=1200)
+    # Snakemake's copy says `scale: quick`; `--config scale=smoke` must reach every job, so the two
+    # runners still make bit-identical generators (and every metrics file says smoke).
+    sm_dir = copy_workflow(tmp_path / "sm", lambda p: (smoke_gswgan_patch(p), p.update(scale="quick")))
+    assert yaml.safe_load((sm_dir / "params.yaml").read_text())["scale"] == "quick"
+    run([venv_bin("snakemake"), "--cores", "2", "--config", "scale=smoke"], sm_dir, timeout=1200)
+    assert "Nothing to be done" in run([venv_bin("snakemake"), "-n", "--config", "scale=smoke"], sm_dir)
+    # without the override every job's settings differ: all of them are planned, for that reason
+    plan = dry_run_plan(sm_dir)
+    assert {(r, w) for r, w, _ in plan if r == "train"} == {
+        ("train", e) for e in ("dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p1.0-m1")}
+    assert all("Params have changed" in why for r, _, why in plan if r == "train"), plan
     dvc_dir = copy_workflow(tmp_path / "dvc", smoke_gswgan_patch)
     run([venv_bin("dvc"), "repro"], dvc_dir, timeout=1200)
     status = run([venv_bin("dvc"), "status"], dvc_dir)
@@ -301,3 +331,65 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
         assert len(w2) == 1 + 3 and w2[0].startswith("loss,noise_std,seed,w2")  # 3 losses x 1 noise level
         table = (d / "results/tables/pm_grid_fmnist.md").read_text()
         assert "pm_fmnist_quick-p1.0-m1" in table
+
+
+def _module_file(name: str) -> Path | None:
+    p = REPO / "src" / Path(*name.split("."))
+    return p / "__init__.py" if (p / "__init__.py").is_file() else p.with_suffix(".py") if p.with_suffix(
+        ".py").is_file() else None
+
+
+def imported_code(module: str) -> set[str]:
+    """The dpsynth source files `module` can import (statically, function-level imports included,
+    plus the packages they sit in), as paths relative to the repository."""
+    import ast
+
+    seen: set[Path] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        f = _module_file(name)
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        package = parts if f.name == "__init__.py" else parts[:-1]
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("dpsynth")]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module or ""
+                if base.startswith("dpsynth"):
+                    todo += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return {str(f.relative_to(REPO)) for f in seen}
+
+
+# DVC stage group -> the CLI module its command runs
+_STAGE_CLI = {"prepare_data": "data", "privatize": "privatize", "warmstart": "warmstart", "train": "train",
+              "sample": "sample", "evaluate": "evaluate", "evaluate_real": "evaluate", "w2_noise": "w2noise",
+              "report": "report"}
+
+
+def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
+    """Each stage's `src/` deps cover every dpsynth file its CLI module imports (a method module
+    loaded by name counts as the whole methods package), so a code change re-runs DVC's stages;
+    and training does not depend on the report or the evaluation code, so editing them does not
+    retrain."""
+    sweeps = yaml.safe_load((REPO / "params.yaml").read_text()).get("sweep_targets") or []
+    src = REPO / "src"
+    for name, deps, _outs, _cmd in dvc_stage_list(REPO):
+        group = name.split("@")[0]
+        rule = "evaluate_real" if group == "evaluate_real" else _rule_of(group, sweeps)
+        code = [d for d in deps if d.startswith("src/")]
+        covered = {str(f.relative_to(REPO)) for d in code for f in
+                   ([REPO / d] if (REPO / d).is_file() else (REPO / d).rglob("*.py"))}
+        need = imported_code(f"dpsynth.cli.{_STAGE_CLI[rule]}")
+        if "src/dpsynth/methods/__init__.py" in need:  # get_method() imports dpsynth.methods.<name>
+            need |= {str(f.relative_to(REPO)) for f in (src / "dpsynth/methods").glob("*.py")}
+        assert need <= covered, f"{name}: imports {sorted(need - covered)} but DVC does not depend on them"
+        if rule in ("train", "warmstart", "privatize", "prepare_data", "sample"):
+            assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name
+        if rule in ("train", "warmstart"):
+            assert not any(d.startswith("src/dpsynth/evaluate") for d in code), name

@@ -1,9 +1,15 @@
-# Shared helpers: validated parameters and the CLI entry point.
+# Shared helpers: validated parameters, the configuration file every job reads, fingerprints.
+import hashlib
+import os
 import shlex
 import sys
+from pathlib import Path
+
+import yaml
 
 from dpsynth.config import check_yaml_file, parse_params
 from dpsynth.data.registry import DATASETS
+from dpsynth.fingerprint import fingerprint
 
 # Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
 # the last of two equal keys; refuse duplicates in those files as the CLI's loader does.
@@ -15,6 +21,35 @@ PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
 # targets + gswgan_targets + every cell of the sweep_targets (editing a sweep's lists edits this).
 TARGETS = list(PARAMS.pipeline_targets())
+
+
+def _write_resolved(cfg: dict) -> str:
+    """Every job reads exactly the configuration validated above -- params.yaml plus --config and
+    --configfile overrides -- from a snapshot named by its content: a later edit of params.yaml, or
+    another `snakemake -n --config ...` in this directory, cannot change what a running pipeline's
+    jobs read. It reaches the jobs as the `run_params` param, a Path: Snakemake's params trigger
+    ignores values it cannot represent (not str, int, list, ...), so jobs re-run on their
+    fingerprint, not on the snapshot's name (tests/test_dvc.py holds it to that)."""
+    text = yaml.safe_dump(cfg, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path(".snakemake/dpsynth") / f"params-{digest}.yaml"
+    if not path.is_file():  # a SLURM job re-reading the Snakefile finds it there (shared file system)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        header = ("# Written by Snakemake: params.yaml plus any --config/--configfile overrides, as validated\n"
+                  "# for this run. Every job of the run reads this file; edit params.yaml, not this.\n")
+        tmp.write_text(f"{header}{text}")
+        os.replace(tmp, path)
+    return path
+
+
+RUN_PARAMS = _write_resolved(config)
+
+
+def fp(stage):
+    """A rule's `fingerprint` param: a hash of the settings its job reads (dpsynth.fingerprint),
+    so an edit to params.yaml or an override re-runs exactly the jobs it affects."""
+    return lambda wildcards: fingerprint(PARAMS, stage, next(iter(wildcards), ""))
 
 # The interpreter running Snakemake has dpsynth installed; calling it this way works
 # whether or not the virtualenv's bin/ is on PATH (e.g. inside a SLURM job).

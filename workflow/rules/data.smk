@@ -15,10 +15,12 @@ rule prepare_data:
         "benchmarks/jobs/prepare_data/{dataset}.tsv"
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("prepare_data"),
     resources:
         runtime=30,
         mem_mb=4000,
     conda:
         ENV
     shell:
-        "{params.cli} data prepare {wildcards.dataset} --params params.yaml > {log} 2>&1"
+        "{params.cli} data prepare {wildcards.dataset} --params {params.run_params} > {log} 2>&1"

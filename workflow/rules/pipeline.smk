@@ -18,10 +18,12 @@ rule privatize:
         "benchmarks/jobs/privatize/{experiment}.tsv"
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("privatize"),
     conda:
         ENV
     shell:
-        "{params.cli} privatize {wildcards.experiment} --params params.yaml > {log} 2>&1"
+        "{params.cli} privatize {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
 
 
 rule warmstart:
@@ -36,6 +38,8 @@ rule warmstart:
         "benchmarks/jobs/warmstart/{experiment}.tsv"
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("warmstart"),
     threads: PARAMS.threads
     resources:
         gpu=1,
@@ -44,7 +48,7 @@ rule warmstart:
     conda:
         ENV
     shell:
-        "{params.cli} warmstart {wildcards.experiment} --params params.yaml --no-progress > {log} 2>&1"
+        "{params.cli} warmstart {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
 
 
 rule train:
@@ -61,6 +65,8 @@ rule train:
         "benchmarks/jobs/train/{experiment}.tsv"
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("train"),
     threads: PARAMS.threads
     resources:
         gpu=1,
@@ -70,7 +76,7 @@ rule train:
     conda:
         ENV
     shell:
-        "{params.cli} train {wildcards.experiment} --params params.yaml --no-progress > {log} 2>&1"
+        "{params.cli} train {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
 
 
 rule sample:
@@ -87,13 +93,15 @@ rule sample:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("sample"),
     resources:
         runtime=lambda wildcards, attempt: {"smoke": 10, "quick": 30, "paper": 120}[PARAMS.scale] * attempt,
         mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 4000, "paper": 8000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
-        "{params.cli} sample {wildcards.experiment} --params params.yaml > {log} 2>&1"
+        "{params.cli} sample {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
 
 
 rule evaluate:
@@ -110,13 +118,15 @@ rule evaluate:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("evaluate"),
     resources:
         runtime=lambda wildcards, attempt: {"smoke": 20, "quick": 120, "paper": 1440}[PARAMS.scale] * attempt,
         mem_mb=lambda wildcards, attempt: {"smoke": 3000, "quick": 8000, "paper": 16000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
-        "{params.cli} evaluate {wildcards.experiment} --params params.yaml > {log} 2>&1"
+        "{params.cli} evaluate {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
 
 
 rule evaluate_real:
@@ -131,13 +141,15 @@ rule evaluate_real:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("evaluate_real"),
     resources:
         runtime=lambda wildcards, attempt: {"smoke": 20, "quick": 120, "paper": 1440}[PARAMS.scale] * attempt,
         mem_mb=lambda wildcards, attempt: {"smoke": 3000, "quick": 8000, "paper": 16000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
-        "{params.cli} evaluate --real {wildcards.dataset} --params params.yaml > {log} 2>&1"
+        "{params.cli} evaluate --real {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
 
 
 rule w2_noise:
@@ -153,13 +165,15 @@ rule w2_noise:
     threads: PARAMS.threads
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("w2_noise"),
     resources:
         runtime=lambda wildcards, attempt: {"smoke": 10, "quick": 60, "paper": 1440}[PARAMS.scale] * attempt,
         mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 6000, "paper": 16000}[PARAMS.scale] * attempt,
     conda:
         ENV
     shell:
-        "{params.cli} w2noise {wildcards.dataset} --params params.yaml > {log} 2>&1"
+        "{params.cli} w2noise {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
 
 
 rule report:
@@ -177,7 +191,9 @@ rule report:
         "benchmarks/jobs/report.tsv"
     params:
         cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("report"),
     conda:
         ENV
     shell:
-        "{params.cli} report --params params.yaml > {log} 2>&1"
+        "{params.cli} report --params {params.run_params} > {log} 2>&1"

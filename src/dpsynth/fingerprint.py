@@ -1,0 +1,90 @@
+"""What determines each pipeline job's output, as a short hash Snakemake can compare.
+
+Snakemake re-runs a job when its ``params:`` change (rerun trigger ``params``), but the jobs read
+their settings from a file, so an edit to params.yaml was invisible to it ("Nothing to be done"
+with a stale generator). Each rule therefore carries ``fingerprint(params, stage, name)``: the
+resolved settings that job reads, and only those, so an edit re-runs exactly the jobs it
+affects -- as DVC does with its per-stage ``params:`` lists. Data versions are not hashed here:
+they are the jobs' input files, which Snakemake already compares.
+
+Erring on inclusion is deliberate: a field wrongly included costs a re-run, a field wrongly
+left out serves a stale result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from dpsynth.config import Params, ScalePreset, apply_preset, resolve_privacy
+
+#: Preset fields each job kind reads (the rest of the preset belongs to other stages).
+_SAMPLE = ("n_synthetic", "n_synthetic_sets")
+_EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "fid_samples")
+_W2 = ("w2_noise_steps", "w2_noise_train_subset")
+_NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2}
+
+STAGES = ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate", "evaluate_real", "w2_noise",
+          "report")
+
+
+def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
+    """The preset fields training reads, with the per-method maps cut to this method."""
+    out = {k: v for k, v in preset.model_dump(mode="json").items() if k not in _NOT_TRAINING}
+    out["hparams"] = out["hparams"].get(method, {})
+    out["method_train_steps"] = out["method_train_steps"].get(method)
+    return out
+
+
+def _pick(preset: ScalePreset, keys: tuple[str, ...]) -> dict[str, Any]:
+    dumped = preset.model_dump(mode="json")
+    return {k: dumped[k] for k in keys}
+
+
+def _experiment(params: Params, name: str) -> dict[str, Any]:
+    """The experiment as it runs at this scale (a sweep cell included), and its privacy plan."""
+    experiments = params.all_experiments()
+    if name not in experiments:
+        raise ValueError(f"fingerprint: no experiment named {name!r} in the parameters")
+    exp = experiments[name]
+    resolved, overrides = apply_preset(exp, params.preset)
+    # the description is a label for people; editing it must not retrain
+    return {"experiment": resolved.model_dump(mode="json", exclude={"description"}), "overrides": overrides,
+            "privacy_plan": resolve_privacy(exp, params.preset)}
+
+
+def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
+    """Everything from the configuration that job ``stage``/``name`` reads (``name`` is the
+    experiment, or the dataset for ``prepare_data``, ``evaluate_real`` and ``w2_noise``)."""
+    common = {"stage": stage, "scale": params.scale}
+    run = {"seeds": params.seeds, "threads": params.threads, "privacy_noise": params.privacy_noise}
+    evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"})
+    if stage == "prepare_data":
+        return {**common, "dataset": name, "data": params.data.model_dump(mode="json")}
+    if stage == "w2_noise":
+        return {**common, **run, "dataset": name, "sweep": params.w2_noise[name].model_dump(mode="json"),
+                "preset": _pick(params.preset, _W2)}
+    if stage == "evaluate_real":
+        return {**common, **run, "dataset": name, "evaluation": evaluation,
+                "preset": _pick(params.preset, _EVALUATE)}
+    if stage == "report":
+        return {**common, "params": params.model_dump(mode="json")}
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
+    exp = _experiment(params, name)
+    method = exp["experiment"]["method"]
+    if stage in ("privatize", "warmstart", "train"):
+        out = {**common, **run, **exp, "preset": _preset_for_training(params.preset, method)}
+        if stage == "train" and method == "gs_wgan":
+            out["warmstart"] = params.warmstart_name(name)
+        return out
+    if stage == "sample":
+        return {**common, **run, **exp, "preset": _pick(params.preset, _SAMPLE)}
+    return {**common, **run, **exp, "evaluation": evaluation, "preset": _pick(params.preset, _EVALUATE)}
+
+
+def fingerprint(params: Params, stage: str, name: str = "") -> str:
+    """A 16-hex-digit hash of ``stage_settings``: equal exactly when the job's settings are."""
+    blob = json.dumps(stage_settings(params, stage, name), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

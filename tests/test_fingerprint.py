@@ -1,0 +1,106 @@
+"""Job fingerprints: an edit to params.yaml changes exactly the jobs whose settings it changes.
+
+The Snakemake half (the fingerprint as a rule param re-plans those jobs after a real run) is in
+tests/test_dvc.py, beside DVC's view of the same edit; the override half (`--config` reaching the
+jobs) is in tests/test_workflow_sync.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+from collections.abc import Callable
+
+import yaml
+
+from dpsynth.config import Params, parse_params
+from dpsynth.fingerprint import fingerprint
+from tests.conftest import REPO, venv_bin
+
+SHIPPED = yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def jobs(p: Params) -> list[tuple[str, str]]:
+    """Every (stage, name) job of the pipeline, as the Snakefile builds its DAG."""
+    out = [("prepare_data", d) for d in p.datasets]
+    out += [("privatize", e) for e in p.privatize] + [("warmstart", e) for e in p.warmstarts]
+    out += [(s, t) for t in p.pipeline_targets() for s in ("train", "sample", "evaluate")]
+    out += [("evaluate_real", d) for d in p.evaluation.real_datasets] + [("w2_noise", d) for d in p.w2_noise]
+    return out + [("report", "")]
+
+
+def changed_by(edit: Callable[[dict], None]) -> set[tuple[str, str]]:
+    raw = copy.deepcopy(SHIPPED)
+    edit(raw)
+    a, b = parse_params(SHIPPED), parse_params(raw)
+    assert jobs(a) == jobs(b)
+    return {j for j in jobs(a) if fingerprint(a, *j) != fingerprint(b, *j)}
+
+
+def per_run(*names: str) -> set[tuple[str, str]]:
+    return {(s, n) for n in names for s in ("train", "sample", "evaluate")}
+
+
+def cells_of(base: str) -> list[str]:
+    p = parse_params(SHIPPED)
+    return [t for t in p.pipeline_targets() if t in p._sweep_cells() and p.sweeps[p._sweep_cells()[t][0]].base == base]
+
+
+def test_an_lr_edit_changes_that_experiment_its_sweep_cells_and_the_report():
+    cells = cells_of("dps_fmnist")
+    assert cells  # the shipped Table 5 cell is a sweep over dps_fmnist
+    got = changed_by(lambda p: p["experiments"]["dps_fmnist"]["hparams"].update(lr=3e-5))
+    assert got == per_run("dps_fmnist", *cells) | {("report", "")}
+
+
+def test_a_sweep_cell_that_sets_the_key_itself_is_not_affected():
+    raw = copy.deepcopy(SHIPPED)
+    raw["sweeps"]["pm_fmnist_quick"]["grid"]["lr"] = [1e-3]  # the cells now fix lr themselves
+    edited = copy.deepcopy(raw)
+    edited["experiments"]["dps_fmnist"]["hparams"]["lr"] = 3e-5
+    a, b = parse_params(raw), parse_params(edited)
+    changed = {j for j in jobs(a) if fingerprint(a, *j) != fingerprint(b, *j)}
+    assert changed == per_run("dps_fmnist") | {("report", "")}, changed
+
+
+def test_evaluation_and_preset_edits_reach_only_the_stages_that_read_them():
+    scale = SHIPPED["scale"]
+    fid = changed_by(lambda p: p["scales"][scale].update(fid_samples=123))
+    assert {s for s, _ in fid} == {"evaluate", "evaluate_real", "report"}
+    assert fid >= {("evaluate", t) for t in parse_params(SHIPPED).pipeline_targets()}
+    n_syn = changed_by(lambda p: p["scales"][scale].update(n_synthetic=777))
+    assert {s for s, _ in n_syn} == {"sample", "report"}
+    steps = changed_by(lambda p: p["scales"][scale].update(train_steps=11))
+    # (sample and evaluate carry the experiment's privacy plan: they re-run after train anyway)
+    assert {s for s, _ in steps} >= {"train"} and not {s for s, _ in steps} & {"evaluate_real", "w2_noise"}
+    other_scale = changed_by(lambda p: p["scales"]["paper"].update(fid_samples=5))
+    assert other_scale == {("report", "")}  # a preset that is not running
+    w2 = changed_by(lambda p: p["w2_noise"]["manifold2d_half_circle"].update(steps=7))
+    assert w2 == {("w2_noise", "manifold2d_half_circle"), ("report", "")}
+
+
+def test_run_wide_settings_reach_every_computing_job():
+    for key, value in (("threads", 2), ("privacy_noise", "reproducible"), ("seeds", [0, 1])):
+        got = changed_by(lambda p, k=key, v=value: p.update({k: v}))
+        want = {j for j in jobs(parse_params(SHIPPED)) if j[0] not in ("prepare_data",)}
+        assert got == want, (key, sorted(want - got), sorted(got - want))
+
+
+def test_a_description_edit_retrains_nothing():
+    got = changed_by(lambda p: p["experiments"]["dps_fmnist"].update(description="renamed"))
+    assert got == {("report", "")}
+
+
+def test_snakemake_jobs_read_the_validated_overrides():
+    """`--config scale=smoke` changes no file, yet every job's command names a snapshot that
+    says smoke: the jobs run at the scale Snakemake validated (the real run is in
+    tests/test_workflow_sync.py)."""
+    out = subprocess.run([venv_bin("snakemake"), "-n", "-p", "--forceall", "--config", "scale=smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    files = set(re.findall(r"--params (\.snakemake/dpsynth/params-[0-9a-f]{12}\.yaml)", out.stdout))
+    assert len(files) == 1, files
+    snapshot = yaml.safe_load((REPO / files.pop()).read_text())
+    assert snapshot["scale"] == "smoke" and SHIPPED["scale"] != "smoke"
+    assert {k: v for k, v in snapshot.items() if k != "scale"} == {k: v for k, v in SHIPPED.items() if k != "scale"}

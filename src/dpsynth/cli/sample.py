@@ -44,7 +44,7 @@ def _sample(args: argparse.Namespace) -> int:
                              "scale": params.scale, "n": n})
         written.add(path.name)
         print(f"{args.experiment}: synthetic set {k}: {n} samples -> {path} "
-              f"({time.perf_counter() - t0:.1f} s)")
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
         if k == 0:
             png = samples_png(args.results, args.experiment)
             with writing_to(png):

@@ -29,6 +29,7 @@ def _w2noise(args: argparse.Namespace) -> int:
     from dpsynth.evaluate.w2 import noise_sweep
     from dpsynth.io import atomic_open, write_json
     from dpsynth.paths import w2_noise_csv
+    from dpsynth.progress import Progress
 
     params = params_from_args(args)
     assert params is not None
@@ -42,6 +43,9 @@ def _w2noise(args: argparse.Namespace) -> int:
     data = load_processed(Path(params.data.root) / "processed" / f"{args.dataset}.npz")
     t0 = time.perf_counter()
     rows: list[dict] = []
+    # one line every few seconds over all (seed, noise, loss) generators, between the per-row lines
+    bar = Progress(len(params.seeds) * len(cfg.noise_levels) * len(cfg.losses) * steps, f"w2noise {args.dataset}",
+                   bar=False)
     for seed in params.seeds:
         n = len(data.x_train)
         take = preset.w2_noise_train_subset
@@ -55,8 +59,9 @@ def _w2noise(args: argparse.Namespace) -> int:
 
         for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
                                batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
-                               seed=seed, n_eval=cfg.n_eval, on_row=show):
+                               seed=seed, n_eval=cfg.n_eval, on_row=show, on_step=bar.update):
             rows.append({**row, "n_train": len(idx), "scale": params.scale})
+    bar.close()
     csv_path = Path(args.out) if args.out else w2_noise_csv(args.results, args.dataset)
     with atomic_open(csv_path) as fh:
         pd.DataFrame(rows, columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")

@@ -19,8 +19,6 @@ from dpsynth.errors import ConfigError
 
 
 def _warmstart(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from dpsynth.cli.train import build_context
     from dpsynth.methods.gs_wgan import validate, warmstart_location
     from dpsynth.methods.gswgan_critics import (
@@ -52,8 +50,7 @@ def _warmstart(args: argparse.Namespace) -> int:
                                                           steps=args.compare_loop)
         print(json.dumps({"batched_vs_loop": info["batched_vs_loop"]}), flush=True)
     total = settings["n_critics"] * settings["warmup_steps"]
-    bar = tqdm(total=total, disable=not ctx.progress, desc=f"warmstart {ctx.name}", unit="critic-step",
-               dynamic_ncols=True)
+    bar = Progress(total, f"warmstart {ctx.name}", unit="critic-step", bar=None if ctx.progress else False)
     t0 = time.perf_counter()
     try:
         bank, run = warm_start(x, y, ctx.data.num_classes, settings, ctx.device, chunk=args.chunk, progress=bar.update)

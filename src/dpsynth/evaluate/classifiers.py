@@ -18,7 +18,7 @@ import contextlib
 import copy
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -138,6 +138,7 @@ def fit_classifier(
     device: str = "cpu",
     logreg_max_iter: int = 5000,
     num_threads: int | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> FittedClassifier:
     """Train one classifier on training data only; the test split cannot reach this function.
 
@@ -159,7 +160,8 @@ def fit_classifier(
     start = time.perf_counter()
     with _torch_threads(num_threads):
         fitted = _fit(kind, x, y, num_classes=num_classes, seed=seed, max_epochs=max_epochs, patience=patience,
-                      holdout=holdout, batch_size=batch_size, device=device, logreg_max_iter=logreg_max_iter)
+                      holdout=holdout, batch_size=batch_size, device=device, logreg_max_iter=logreg_max_iter,
+                      on_batch=on_batch)
     fitted.fit_seconds = time.perf_counter() - start
     return fitted
 
@@ -177,7 +179,7 @@ def _torch_threads(n: int | None) -> Iterator[None]:
 
 def _fit(
     kind: str, x: np.ndarray, y: np.ndarray, *, num_classes: int, seed: int, max_epochs: int, patience: int,
-    holdout: float, batch_size: int, device: str, logreg_max_iter: int,
+    holdout: float, batch_size: int, device: str, logreg_max_iter: int, on_batch: Callable[[], None] | None = None,
 ) -> FittedClassifier:
     if kind == "logreg":
         return _fit_logreg(x, y, num_classes=num_classes, seed=seed, max_iter=logreg_max_iter)
@@ -186,7 +188,7 @@ def _fit(
     with torch.random.fork_rng(devices=cuda_devices):
         return _fit_torch(
             kind, x, y, num_classes=num_classes, seed=seed, max_epochs=max_epochs, patience=patience,
-            holdout=holdout, batch_size=batch_size, device=device,
+            holdout=holdout, batch_size=batch_size, device=device, on_batch=on_batch,
         )
 
 
@@ -227,7 +229,7 @@ def _evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int)
 
 def _fit_torch(
     kind: str, x: np.ndarray, y: np.ndarray, *, num_classes: int, seed: int, max_epochs: int, patience: int,
-    holdout: float, batch_size: int, device: str,
+    holdout: float, batch_size: int, device: str, on_batch: Callable[[], None] | None = None,
 ) -> FittedClassifier:
     n = len(x)
     n_hold = int(round(holdout * n))
@@ -258,6 +260,8 @@ def _fit_torch(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if on_batch is not None:
+                on_batch()
         hold_loss, hold_acc = _evaluate(net, x_hold, y_hold, 1024)
         if not np.isfinite(hold_loss):
             break  # diverged: keep the best finite epoch
@@ -327,8 +331,10 @@ def train_and_score(
     device: str = "cpu",
     logreg_max_iter: int = 5000,
     num_threads: int | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fit on the training split, then score once on the test split; return a JSON-able record.
+    ``on_batch`` is called after every MLP/CNN minibatch (progress).
 
     The test arrays' shape/dtype are checked before training (so a bad file fails in
     seconds, not after an hour of training) but no element is read until scoring.
@@ -342,7 +348,7 @@ def train_and_score(
     fitted = fit_classifier(
         kind, x_train, y_train, num_classes=num_classes, seed=seed, max_epochs=max_epochs, patience=patience,
         holdout=holdout, batch_size=batch_size, device=device, logreg_max_iter=logreg_max_iter,
-        num_threads=num_threads,
+        num_threads=num_threads, on_batch=on_batch,
     )
     with _torch_threads(num_threads):
         accuracy = score_classifier(fitted, x_test, y_test)

@@ -29,6 +29,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Union
 from urllib.parse import urlparse
 
@@ -248,6 +249,7 @@ class InceptionFeatures:
         self.extractor_name = extractor_name(self.weights_path)
         self.extractor = describe_extractor(self.extractor_name, self.weights_sha256, self.weights_path)
         self.net = load_inception(self.weights_path, device, feature_layer)
+        self.on_images: Callable[[int], None] | None = None  # progress: called with each batch's size
 
     def features(self, images: np.ndarray) -> torch.Tensor:
         """2048-d features (float32, CPU) for uint8 (N, C, H, W) images; C=1 is repeated to 3."""
@@ -260,6 +262,8 @@ class InceptionFeatures:
                 if x.shape[1] == 1:
                     x = x.expand(-1, 3, -1, -1)
                 out.append(self.net(x.contiguous())[0].float().cpu())
+                if self.on_images is not None:
+                    self.on_images(len(x))
         return torch.cat(out)
 
     def statistics(self, images: np.ndarray) -> FidStatistics:

@@ -19,6 +19,7 @@ import numpy as np
 from dpsynth import __version__
 from dpsynth.data.dataset import Dataset
 from dpsynth.evaluate.classifiers import train_and_score
+from dpsynth.progress import Progress
 from dpsynth.evaluate.sampling import load_synthetic
 
 
@@ -42,8 +43,13 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
         runs = []
         for k, (x, y) in enumerate(train_sets):
             xs, ys = _subset(x, y, train_subset, seed + k)
-            runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
-                                        seed=seed + k, max_epochs=max_epochs))
+            # an upper bound: early stopping may end it sooner (the last line then says "stopped")
+            total = None if kind == "logreg" else max_epochs * -(-round(0.9 * len(xs)) // 128)
+            with Progress(total, f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
+                          bar=False) as bar:
+                runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
+                                            seed=seed + k, max_epochs=max_epochs, on_batch=bar.update))
+                bar.set(accuracy=runs[-1]["accuracy"], epochs=runs[-1]["epochs_run"])
         out[kind] = {**mean_std([r["accuracy"] for r in runs]), "runs": runs}
     return out
 
@@ -91,8 +97,13 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
         return {"available": False, "fid": None, "reason": reason, "reference_split": "test"}
     extractor = InceptionFeatures(path)
     ref = real.x_test[:n_samples]
-    ref_stats = reference_statistics(extractor, ref, cache_dir)
-    records = [compute_fid(x[:n_samples], ref_stats, extractor=extractor) for x in sets]
+    with Progress(len(ref) + sum(min(n_samples, len(x)) for x in sets), "fid inception", unit="image",
+                  bar=False) as bar:
+        extractor.on_images = bar.update
+        ref_stats = reference_statistics(extractor, ref, cache_dir)
+        if bar.n == 0:  # the reference statistics came from the cache
+            bar.total -= len(ref)
+        records = [compute_fid(x[:n_samples], ref_stats, extractor=extractor) for x in sets]
     if not all(r.get("available") for r in records):
         bad = next(r for r in records if not r.get("available"))
         return {"available": False, "fid": None, "reason": bad.get("reason"), "reference_split": "test"}

@@ -81,6 +81,7 @@ def noise_sweep(
     seed: int = 0,
     n_eval: int = 1000,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Fig. 5: for each Gaussian noise std ``s`` and loss, privatize ``clean_train`` with
     N(0, s^2) per coordinate (no projection, as in §4.5), train a generator with cost
@@ -89,7 +90,7 @@ def noise_sweep(
     Returns one row per (loss, noise level): ``loss, noise_std, w2, w2_privatized_data``
     (the W2 of the noisy records themselves: what a generator that learnt the noise gets),
     plus the settings. Defaults are §4.5's (MLP 2x500, latent U[0,1]^2, L = 200, b = 200).
-    ``on_row`` sees each row as soon as it exists (progress for a long sweep).
+    ``on_row`` sees each row as soon as it exists, ``on_step`` every generator step (progress).
     """
     import time
 
@@ -113,7 +114,8 @@ def noise_sweep(
             spec = LossSpec(loss=loss, p=2, temperature=2.0 * float(s) ** 2, n_iter=sinkhorn_iters,
                             scaling=sinkhorn_scaling)
             t0 = time.perf_counter()
-            gen = fit(noisy, shape, spec, hp.model_copy(update={"loss": loss}), steps=steps, seed=seed)
+            gen = fit(noisy, shape, spec, hp.model_copy(update={"loss": loss}), steps=steps, seed=seed,
+                      on_step=on_step)
             w2 = w2_distance(sample_records(gen, n_eval, seed + 1), ref, n=n_eval, seed=seed)
             rows.append({"loss": loss, "noise_std": float(s), "w2": w2, "w2_privatized_data": base,
                          "temperature": spec.temperature, "steps": steps, "batch_size": batch_size,

@@ -46,6 +46,7 @@ from dpsynth.config import Experiment, ScalePreset
 from dpsynth.data.dataset import Dataset
 from dpsynth.errors import DpsynthError
 from dpsynth.privacy.randomness import NoiseSource
+from dpsynth.progress import Progress
 from dpsynth.io import atomic_path, sha256_file
 
 GENERATOR_FILE = "generator.pt"
@@ -404,6 +405,24 @@ class TrainLog:
     def close(self) -> None:
         with writing_to(self.path):
             self._fh.close()
+
+
+def train_progress(ctx: TrainContext, total: int, initial: int) -> Progress:
+    """Training progress: a bar on a terminal; with ``--no-progress`` or in a job's log, a line
+    every few seconds (step/total, steps/s, ETA, epsilon spent/target)."""
+    return Progress(total, f"train {ctx.name}", initial=initial, bar=None if ctx.progress else False)
+
+
+def show_progress_fields(ctx: TrainContext, bar: Progress, eps_spent: float, **private: float) -> None:
+    """Epsilon spent against the target; loss-like values only for a run without central DP.
+
+    A DP run's loss (or critic estimate) is computed on the private records without noise, so,
+    like the released train_log.csv, its progress lines leave it out (job logs are not private).
+    """
+    if ctx.experiment.privacy.enabled:
+        bar.set(eps=f"{eps_spent:.3g}/{ctx.experiment.privacy.epsilon:g}")
+    else:
+        bar.set(**private)
 
 
 def write_public_log(rows: list[dict[str, Any]], path: Path, fields: tuple[str, ...] = PUBLIC_LOG_FIELDS) -> None:

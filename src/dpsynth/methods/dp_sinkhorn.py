@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
@@ -43,6 +42,8 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    show_progress_fields,
+    train_progress,
     write_public_log,
 )
 from dpsynth.methods.fast_step import FastStep, StepSpec
@@ -276,8 +277,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
     G.train()
     t_start, steps_start = time.perf_counter(), step
-    bar = tqdm(total=total_steps, initial=step, disable=not ctx.progress, desc=ctx.name, unit="step",
-               dynamic_ncols=True)
+    bar = train_progress(ctx, total_steps, step)
     try:
         with sigterm_flag() as flag:
             while step < stop_at:
@@ -295,7 +295,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                     loss_v = float(loss)
                     log.write(step, loss=loss_v, real_batch=int(k), epsilon=eps_spent, steps_per_s=rate,
                               clean_norm=clean_norm, noise_norm=noise_norm)
-                    bar.set_postfix(loss=f"{loss_v:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
+                    show_progress_fields(ctx, bar, eps_spent, loss=loss_v)
                 checkpoint_if_due(ctx, step, total_steps, flag, log, checked_save)
     finally:
         bar.close()

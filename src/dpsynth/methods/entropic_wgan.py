@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    train_progress,
     write_public_log,
 )
 from dpsynth.nets import build_generator
@@ -316,7 +318,8 @@ class EWGANTrainer:
 
 
 def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossSpec, hp: Hyper, *,
-        steps: int, seed: int, device: str | torch.device = "cpu") -> Generator:
+        steps: int, seed: int, device: str | torch.device = "cpu",
+        on_step: Callable[[], None] | None = None) -> Generator:
     """Train a fresh generator on privatized records for ``steps`` steps (no files): for sweeps and tests."""
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, got {steps!r}")
@@ -327,6 +330,8 @@ def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossS
     trainer = EWGANTrainer(gen, recs, spec, hp, seed)
     for _ in range(steps):
         trainer.step()
+        if on_step is not None:
+            on_step()
     return gen.eval()
 
 
@@ -392,6 +397,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                    "spec": asdict(spec), "arch": arch, "summary": summary})
 
     t0, ran, loss, step = time.perf_counter(), 0, float("nan"), start
+    bar = train_progress(ctx, total, start)
     try:
         with sigterm_flag() as flag:
             while step < total:
@@ -402,10 +408,13 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                 step, ran = step + 1, ran + 1
                 if not math.isfinite(loss):
                     raise DpsynthError(f"{ctx.name}: loss became {loss} at step {step}; lower hparams.lr")
+                bar.update(1)
                 if step % log_every == 0 or step == total:
                     log.write(step, loss=loss)
+                    bar.set(loss=loss)  # locally privatized records only: post-processing, shown
                 checkpoint_if_due(ctx, step, total, flag, log, lambda: save(step, done=False))
     finally:
+        bar.close()
         log.close()
     seconds = time.perf_counter() - t0
     meta = {"num_classes": ctx.data.num_classes, "record_shape": list(record_shape),

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.base import (
@@ -42,6 +41,8 @@ from dpsynth.methods.base import (
     save_generator,
     set_rng_state,
     sigterm_flag,
+    show_progress_fields,
+    train_progress,
     write_public_log,
 )
 from dpsynth.methods.gswgan_critics import (
@@ -246,7 +247,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
     t_start, steps_start = time.perf_counter(), step
-    bar = tqdm(total=total_steps, initial=step, disable=not ctx.progress, desc=ctx.name, unit="step", dynamic_ncols=True)
+    bar = train_progress(ctx, total_steps, step)
     try:
         with sigterm_flag() as flag:
             while step < stop_at:
@@ -263,7 +264,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                     log.write(step, critic=stats["critic"], d_loss=stats["d_loss"], wasserstein=stats["wasserstein"],
                               g_loss=stats["g_loss"], epsilon=eps_spent, steps_per_s=rate,
                               max_sample_norm=sanitizer.last.clean_norm if sanitizer and sanitizer.last else float("nan"))
-                    bar.set_postfix(w=f"{stats['wasserstein']:.3g}", eps=f"{eps_spent:.3g}", refresh=False)
+                    show_progress_fields(ctx, bar, eps_spent, wasserstein=stats["wasserstein"])
                 checkpoint_if_due(ctx, step, total_steps, flag, log, save_checkpoint)
     finally:
         bar.close()

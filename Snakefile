@@ -6,6 +6,11 @@
 configfile: "params.yaml"
 
 
+# `snakemake --report report.html`: the tables (ours beside the papers'), figures, labelled
+# sample grids and training curves, each with its caption (workflow/report/*.rst).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pipeline.smk"

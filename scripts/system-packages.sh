@@ -3,7 +3,8 @@
 # otherwise we say what is missing and carry on (the tests that need them skip with a reason,
 # except under CI, where they must be present).
 set -euo pipefail
-PACKAGES=(dataset-fashion-mnist slurm-wlm munge)
+# chromium-headless-shell: renders `snakemake --report` in the tests (a headless browser, no GUI)
+PACKAGES=(dataset-fashion-mnist slurm-wlm munge chromium-headless-shell)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -189,3 +189,28 @@ def test_pipeline_targets_and_shared_warm_starts():
     assert targets["gs_batch-batch_size16"].warmstart == "gs_batch-batch_size16"
     assert targets["pm_fmnist_quick-p0.2-m1"].warmstart is None
     assert targets["pm_fmnist_quick-p0.2-m1"].data == "processed/fashion_mnist"
+
+
+def _with_sweep(grid: dict, base: str = "dps_mnist") -> dict:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["sweeps"]["s"] = {"base": base, "grid": grid}
+    return raw
+
+
+def test_epsilon_and_seed_sweeps_set_the_target_and_the_training_seed():
+    p = parse_params(_with_sweep({"epsilon": [2.0], "seed": [3]}))
+    cell = p.all_experiments()["s-epsilon2.0-seed3"]
+    assert cell.privacy.epsilon == 2.0 and cell.seed == 3
+    assert cell.privacy.delta == p.experiments["dps_mnist"].privacy.delta
+    assert resolve_privacy(cell, p.preset)["epsilon"] == 2.0  # sigma is calibrated to the new target
+
+
+@pytest.mark.parametrize("grid, base, needle", [
+    ({"epsilon": [1.0]}, "sinkhorn_mnist_nonprivate", "epsilon swept but base experiment"),
+    ({"seed": [1.5]}, "dps_mnist", "seed sweep values must be whole numbers"),
+    ({"seed": [-1]}, "dps_mnist", "seed sweep values must be whole numbers"),
+])
+def test_bad_epsilon_or_seed_sweeps_are_named(grid, base, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        parse_params(_with_sweep(grid, base))
+    assert "sweeps.s" in str(err.value)

@@ -155,6 +155,41 @@ def test_repro_status_experiment_and_cache(repos):
     assert_clean(d)
 
 
+def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
+    """One edit of an experiment's lr after a real run by each runner: Snakemake plans that
+    experiment's train/sample/evaluate, those of the sweep cell built on it, and the report --
+    nothing else -- re-running train for "Params have changed"; DVC's status names the same two
+    train stages as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
+    in the Snakemake copy: DVC's commit rewrites the files, newer mtimes Snakemake would see.)"""
+    from tests.test_workflow_sync import dry_run_plan
+
+    def lr_edit(p: dict) -> None:
+        p["experiments"][EXP]["hparams"]["lr"] = 2e-5
+
+    d = repos.snakemake
+    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
+    original = (d / "params.yaml").read_text()
+    cell = "pm_fmnist_quick-p1.0-m1"  # smoke_patch's one Table 5 cell, a sweep over dps_fmnist
+    try:
+        edit_params(d, lr_edit)
+        plan = dry_run_plan(d)
+        assert {(r, w) for r, w, _ in plan} == {(r, e) for r in ("train", "sample", "evaluate")
+                                                for e in (EXP, cell)} | {("report", "")}, plan
+        assert {(r, w) for r, w, why in plan if "Params have changed" in why} == {("train", EXP), ("train", cell)}
+    finally:
+        (d / "params.yaml").write_text(original)
+    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
+
+    d = repos.dvc
+    _back_to_baseline(d)
+    assert_clean(d)
+    edit_params(d, lr_edit)
+    changed = json.loads(dvc(d, "status", "--json").strip().splitlines()[-1])
+    assert set(changed) == {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1"}, changed
+    _back_to_baseline(d)
+    assert_clean(d)
+
+
 def test_dvc_commit_records_a_snakemake_run(repos):
     """`dvc commit --force` after `snakemake`: one command, then DVC sees a clean pipeline
     (dvc.lock written from the outputs Snakemake made) and has nothing to reproduce."""
@@ -196,27 +231,3 @@ def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):
     assert set(metrics["classifiers"]) == {"logreg", "mlp", "cnn"} and metrics["train"]["hparams"]["p"] == 0.5
     assert cell in (d / "results/tables/pm_grid_fmnist.md").read_text()
 
-
-def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
-    """After a real Snakemake run recorded in DVC (test above), one edit of an experiment's lr:
-    Snakemake plans that experiment's train/sample/evaluate, those of the sweep cell built on it,
-    and the report -- nothing else -- re-running train for "Params have changed"; DVC's status
-    names the same two train stages as changed. The edit reverted, both are clean again."""
-    from tests.test_workflow_sync import dry_run_plan
-
-    d = repos.snakemake
-    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
-    original = (d / "params.yaml").read_text()
-    cell = "pm_fmnist_quick-p1.0-m1"  # smoke_patch's one Table 5 cell, a sweep over dps_fmnist
-    try:
-        edit_params(d, lambda p: p["experiments"][EXP]["hparams"].update(lr=2e-5))
-        plan = dry_run_plan(d)
-        assert {(r, w) for r, w, _ in plan} == {(r, e) for r in ("train", "sample", "evaluate")
-                                                for e in (EXP, cell)} | {("report", "")}, plan
-        assert {(r, w) for r, w, why in plan if "Params have changed" in why} == {("train", EXP), ("train", cell)}
-        changed = json.loads(dvc(d, "status", "--json").strip().splitlines()[-1])
-        assert set(changed) == {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1"}, changed
-    finally:
-        (d / "params.yaml").write_text(original)
-    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
-    assert_clean(d)

@@ -161,7 +161,8 @@ def test_every_stage_has_the_same_inputs_in_both():
     """Job by job (matched by outputs), DVC's deps are Snakemake's inputs: the GS-WGAN training
     needs its warm start, local-DP training its privatized data, the report every run. DVC's
     code deps (src/...) have no Snakemake counterpart; DVC's report depends on the folders
-    results/runs, results/real and results/w2_noise, whose every file is a Snakemake input."""
+    models (the training logs), results/runs, results/real and results/w2_noise, whose every
+    file is a Snakemake input."""
     jobs = {outs: (rule, ins) for rule, ins, outs in snakemake_jobs(REPO)}
     stages = dvc_stage_list(REPO)
     assert len(stages) == len(jobs)
@@ -169,7 +170,7 @@ def test_every_stage_has_the_same_inputs_in_both():
         rule, ins = jobs[frozenset(outs)]
         deps = {d for d in deps if not d.startswith("src/") and d != "params.yaml"}
         if name == "report":
-            folders = {"results/runs", "results/real", "results/w2_noise"}
+            folders = {"models", "results/runs", "results/real", "results/w2_noise"}
             assert deps == folders
             assert ins and all(any(i.startswith(f + "/") for f in folders) for i in ins)
             assert {i for i in ins if i.endswith("metrics.json")} == {
@@ -393,3 +394,44 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
             assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name
         if rule in ("train", "warmstart"):
             assert not any(d.startswith("src/dpsynth/evaluate") for d in code), name
+
+
+def _eps_sweep(values: list[float]):
+    """A targeted sweep over the privacy target, with the DVC matrix groups a user would copy from
+    pm_fmnist_quick's (renamed, matrix over epsilon)."""
+    def patch(p: dict) -> None:
+        p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": values}}
+        p["sweep_targets"] = [*p["sweep_targets"], "eps_fmnist"]
+    return patch
+
+
+def _add_eps_groups(d: Path) -> None:
+    dvc = yaml.safe_load((d / "dvc.yaml").read_text())
+    for stage in ("train", "sample", "evaluate"):
+        text = yaml.safe_dump(dvc["stages"][f"{stage}_pm_fmnist_quick"])
+        text = text.replace("pm_fmnist_quick-p${item.p}-m${item.m}", "eps_fmnist-epsilon${item.epsilon}")
+        text = text.replace("sweeps.pm_fmnist_quick", "sweeps.eps_fmnist")
+        group = yaml.safe_load(text)
+        group["matrix"] = {"epsilon": "${sweeps.eps_fmnist.grid.epsilon}"}
+        dvc["stages"][f"{stage}_eps_fmnist"] = group
+    (d / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
+
+
+def test_an_epsilon_sweep_adds_exactly_its_cells_in_both_dags(tmp_path):
+    """A sweep over epsilon (the privacy-utility curve's points): one more target epsilon adds
+    exactly that cell's train, sample and evaluate jobs, in Snakemake and in DVC."""
+    base = copy_workflow(tmp_path / "a", _eps_sweep([1.0, 10.0]))
+    more = copy_workflow(tmp_path / "b", _eps_sweep([1.0, 3.0, 10.0]))
+    for d in (base, more):
+        _add_eps_groups(d)
+    cell = "eps_fmnist-epsilon3.0"
+    want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
+    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json"}
+    for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
+        a, b = outputs(base), outputs(more)
+        a.pop("all", None), b.pop("all", None)
+        added = set().union(*b.values()) - set().union(*a.values())
+        removed = set().union(*a.values()) - set().union(*b.values())
+        assert added == want and not removed
+    assert {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)} == {
+        f"{r}_eps_fmnist@3.0" for r in ("train", "sample", "evaluate")}

@@ -30,7 +30,8 @@ MethodName = Literal["dp_sinkhorn", "gs_wgan", "entropic_wgan"]
 OptimizerName = Literal["adam", "sgd", "rmsprop"]
 
 #: Sweepable keys: a sweep list over one of these expands into experiments.
-SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size")
+SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed")
+SweepKey = Literal["p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed"]
 
 _NAME_RE = r"^[A-Za-z][A-Za-z0-9_.\-]*$"
 Name = Annotated[str, Field(pattern=_NAME_RE, max_length=120)]
@@ -184,6 +185,8 @@ class Experiment(_Strict):
     privacy: PrivacyTarget = PrivacyTarget(enabled=False)
     hparams: Hyper = Hyper()
     local: LocalMechanism | None = None
+    seed: int | None = Field(default=None, ge=0, description="training seed (weights, data order, subset); "
+                             "None: the first of params seeds. Privacy noise stays secret either way")
     description: str = ""
 
     @model_validator(mode="after")
@@ -204,8 +207,8 @@ class Sweep(_Strict):
     list of ``cells`` (the papers' grids are not always full products)."""
 
     base: Name
-    grid: dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], list[Any]] | None = None
-    cells: list[dict[Literal["p", "m", "sigma", "lr", "optimizer", "batch_size"], Any]] | None = None
+    grid: dict[SweepKey, list[Any]] | None = None
+    cells: list[dict[SweepKey, Any]] | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> "Sweep":
@@ -270,6 +273,8 @@ def _check_sweep_value(key: str, v: Any) -> None:
         if not isinstance(v, str):
             raise ValueError(f"optimizer sweep values must be names, got {v!r}")
         return
+    if key == "seed" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise ValueError(f"seed sweep values must be whole numbers >= 0, got {v!r}")
     if isinstance(v, bool) or not isinstance(v, int | float):
         hint = " (write 1.0e-5, not 1e-5: YAML 1.1 reads the latter as text)" if isinstance(v, str) else ""
         raise ValueError(f"sweep value for {key!r} must be a number, got {v!r}{hint}")
@@ -571,6 +576,13 @@ def expand_sweep(sname: str, sweep: Sweep, base: Experiment) -> dict[str, Experi
                 if not base.privacy.enabled:
                     raise ConfigError(f"sweeps.{sname}: sigma swept but base experiment {sweep.base!r} is non-private")
                 data["privacy"]["sigma"], data["privacy"]["steps"] = v, None
+            elif k == "epsilon":  # the target; sigma (or the steps) is then derived as for the base
+                if not base.privacy.enabled:
+                    raise ConfigError(f"sweeps.{sname}: epsilon swept but base experiment {sweep.base!r} is "
+                                      "non-private")
+                data["privacy"]["epsilon"] = v
+            elif k == "seed":
+                data["seed"] = v
             else:
                 data["hparams"][k] = v
         name = sweep_cell_name(sname, cell)

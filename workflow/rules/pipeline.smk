@@ -85,7 +85,8 @@ rule sample:
         privacy="models/{experiment}/privacy.json",
     output:
         sets=directory("data/synthetic/{experiment}"),
-        grid="results/runs/{experiment}/samples.png",
+        grid=report("results/runs/{experiment}/samples.png", caption="../report/samples.rst",
+                    category="Sample grids", labels={"run": "{experiment}"}),
     log:
         "logs/sample/{experiment}.log",
     benchmark:
@@ -179,12 +180,15 @@ rule w2_noise:
 rule report:
     input:
         metrics=expand("results/runs/{experiment}/metrics.json", experiment=TARGETS),
+        train_logs=expand("models/{experiment}/train_log.csv", experiment=TARGETS),
         grids=expand("results/runs/{experiment}/samples.png", experiment=TARGETS),
         real=expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
         w2=expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),
     output:
-        tables=directory("results/tables"),
-        figures=directory("results/figures"),
+        tables=report(directory("results/tables"), patterns=["{name}.csv"], caption="../report/tables.rst",
+                      category="Tables", labels={"table": "{name}"}),
+        figures=report(directory("results/figures"), patterns=["{name}.png"], caption="../report/figures.rst",
+                       category="Figures", labels={"figure": "{name}"}),
     log:
         "logs/report.log",
     benchmark:

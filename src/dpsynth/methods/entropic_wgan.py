@@ -423,7 +423,11 @@ def train(ctx: TrainContext) -> dict[str, Any]:
             "record_space": "images in [-1, 1]" if len(record_shape) == 3 else "points", "loss": asdict(spec)}
     save_generator(ctx.generator_path, gen, arch, meta)
     # Training sees only locally privatized records, so its loss is post-processing: released in full.
-    write_public_log(log.snapshot(), ctx.public_log_path, fields=("step", "loss"))
+    # The whole local budget was spent before the first step: epsilon is that, at every step
+    # (the column every method's log has, which DVC's per-run plot draws).
+    eps = noise["epsilon"] if noise["epsilon"] is not None else math.inf
+    write_public_log([{**row, "epsilon": eps} for row in log.snapshot()], ctx.public_log_path,
+                     fields=("step", "epsilon", "loss"))
     _privacy_report(ctx, noise, len(x)).write(ctx.privacy_path)
     summary = {
         "method": "entropic_wgan", "steps": step, "loss_name": spec.loss, "final_loss": loss, "p": spec.p,

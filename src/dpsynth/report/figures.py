@@ -1,8 +1,10 @@
 """Figures of the report (matplotlib, Agg): sample grids side by side per table, W2 versus
-noise, privacy-utility curves when the configuration holds several epsilons, and heat maps
-of two-key grids (p x m, optimizer x lr, batch x sigma), ours above the paper's.
+noise, privacy-utility curves when the configuration holds several epsilons, heat maps of
+two-key grids (p x m, optimizer x lr, batch x sigma), ours above the paper's, and each run's
+training curves (epsilon spent, speed, and the loss where it may be released).
 
-The curves' data are also written as CSV next to the PNGs so DVC ``plots:`` can draw them.
+The curves' data are also written as CSV next to the PNGs so DVC ``plots:`` can draw them,
+one quantity per file (DVC draws one y per series: W2 per loss, accuracy and FID apart).
 A figure whose runs are all missing is still written, saying so, so the outputs of the
 report stage do not depend on which runs happened to finish.
 """
@@ -25,6 +27,10 @@ from dpsynth.report.tables import BuiltTable, read_w2_csv
 
 W2_CSV = "w2_noise.csv"
 PRIVACY_UTILITY_CSV = "privacy_utility.csv"
+#: The same data, wide, for DVC plots: one column per loss / per classifier.
+W2_BY_LOSS_CSV = "w2_noise_by_loss.csv"
+ACCURACY_VS_EPSILON_CSV = "accuracy_vs_epsilon.csv"
+FID_VS_EPSILON_CSV = "fid_vs_epsilon.csv"
 
 
 def _plt() -> Any:
@@ -102,10 +108,16 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
         out.append(_save(fig, png))
     csv_path = Path(out_dir) / W2_CSV
+    long = pd.DataFrame(rows, columns=["dataset", "loss", "noise", "w2", "w2_std", "n"])
     with atomic_open(csv_path) as fh:
-        pd.DataFrame(rows, columns=["dataset", "loss", "noise", "w2", "w2_std", "n"]).to_csv(
-            fh, index=False, lineterminator="\n")
-    return out + [csv_path]
+        long.to_csv(fh, index=False, lineterminator="\n")
+    wide_path = Path(out_dir) / W2_BY_LOSS_CSV
+    losses = ["entropic", "exact", "sinkhorn_divergence"]
+    wide = long.pivot_table(index=["dataset", "noise"], columns="loss", values="w2").reindex(columns=losses) \
+        if len(long) else pd.DataFrame(columns=losses)
+    with atomic_open(wide_path) as fh:
+        wide.reset_index().reindex(columns=["dataset", "noise", *losses]).to_csv(fh, index=False, lineterminator="\n")
+    return out + [csv_path, wide_path]
 
 
 def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStore | None = None) -> list[Path]:
@@ -137,28 +149,78 @@ def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStor
                 v = metric_value(run, metric)
                 if v is not None:
                     pts.append({"method": method, "dataset": dataset, "experiment": n, "epsilon": eps,
-                                "metric": metric, "value": v})
+                                "metric": metric, "value": v,
+                                "target": params.all_experiments()[n].privacy.epsilon})
         rows += pts
         png = Path(out_dir) / f"privacy_utility_{method}_{dataset}.png"
         if not pts:
             out.append(_placeholder(png, f"privacy-utility: {method} on {dataset}", "not run"))
             continue
-        df = pd.DataFrame(pts)
+        # runs at one target epsilon (e.g. a seed sweep's cells) are one point: mean ± std
+        df = pd.DataFrame(pts).groupby(["metric", "target"]).agg(
+            epsilon=("epsilon", "mean"), value=("value", "mean"), std=("value", "std"), n=("value", "size"))
+        df = df.reset_index().fillna({"std": 0.0})
         fig, (ax_acc, ax_fid) = plt.subplots(1, 2, figsize=(9, 3.5))
         for metric, g in df.groupby("metric"):
             g = g.sort_values("epsilon")
             ax = ax_fid if metric == "fid" else ax_acc
-            ax.plot(g["epsilon"], g["value"], marker="o", label=METRICS[str(metric)])
+            runs = f", {int(g['n'].max())} runs per ε" if g["n"].max() > 1 else ""
+            ax.errorbar(g["epsilon"], g["value"], yerr=g["std"], marker="o", capsize=2,
+                        label=f"{METRICS[str(metric)]}{runs}")
         ax_acc.set(xlabel="ε (headline convention)", ylabel="accuracy (%)", xscale="log")
         ax_fid.set(xlabel="ε (headline convention)", ylabel="FID", xscale="log")
         ax_acc.legend(fontsize=8)
         fig.suptitle(f"privacy-utility: {method} on {dataset}", fontsize=10)
         out.append(_save(fig, png))
     csv_path = Path(out_dir) / PRIVACY_UTILITY_CSV
+    long = pd.DataFrame(rows, columns=["method", "dataset", "experiment", "epsilon", "metric", "value"])  # per run
     with atomic_open(csv_path) as fh:
-        pd.DataFrame(rows, columns=["method", "dataset", "experiment", "epsilon", "metric", "value"]).to_csv(
-            fh, index=False, lineterminator="\n")
-    return out + [csv_path]
+        long.to_csv(fh, index=False, lineterminator="\n")
+    split = []
+    for name, metrics in ((ACCURACY_VS_EPSILON_CSV, [m for m in METRICS if m != "fid"]), (FID_VS_EPSILON_CSV, ["fid"])):
+        part = long[long["metric"].isin(metrics)]
+        keys = ["method", "dataset", "experiment", "epsilon"]
+        wide = part.pivot_table(index=keys, columns="metric", values="value").reindex(columns=metrics) \
+            if len(part) else pd.DataFrame(columns=metrics)
+        with atomic_open(Path(out_dir) / name) as fh:
+            wide.reset_index().reindex(columns=[*keys, *metrics]).sort_values(keys).to_csv(
+                fh, index=False, lineterminator="\n")
+        split.append(Path(out_dir) / name)
+    return out + [csv_path, *split]
+
+
+def training_curves(params: Params, models: Path, out_dir: Path) -> list[Path]:
+    """``training_{experiment}.png`` per pipeline target from its released ``train_log.csv``:
+    epsilon spent vs step (a private run), the loss vs step where the log may hold it (non-private
+    runs and local-DP runs, whose loss is post-processing of privatized data), and steps/s.
+    A DP run's loss is computed on private records without noise and is never in that log."""
+    plt = _plt()
+    out: list[Path] = []
+    for name in params.pipeline_targets():
+        png = Path(out_dir) / f"training_{name}.png"
+        log = Path(models) / name / "train_log.csv"
+        if not log.is_file():
+            out.append(_placeholder(png, f"training: {name}", f"{log}: not run"))
+            continue
+        df = pd.read_csv(log)
+        panels = [c for c in ("epsilon", "loss", "steps_per_s") if c in df and df[c].notna().any()
+                  and np.isfinite(df[c].to_numpy(dtype=float)).any()]
+        if "step" not in df or not panels:
+            out.append(_placeholder(png, f"training: {name}", f"{log}: no curves (columns {list(df)})"))
+            continue
+        labels = {"epsilon": "ε spent (headline accountant)", "loss": "loss", "steps_per_s": "steps/s"}
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
+        for ax, col in zip(axes[0], panels):
+            ax.plot(df["step"], df[col], lw=1.2)
+            ax.set(xlabel="step", ylabel=labels[col])
+            ax.grid(alpha=0.3)
+        exp = params.all_experiments()[name]
+        if "epsilon" in panels and exp.privacy.enabled and exp.privacy.epsilon is not None:
+            axes[0][0].axhline(exp.privacy.epsilon, color="r", ls="--", lw=1, label="target ε")
+            axes[0][0].legend(fontsize=7)
+        fig.suptitle(f"{name} ({exp.method}, {exp.dataset}, {params.scale} scale)", fontsize=9)
+        out.append(_save(fig, png))
+    return out
 
 
 def _float(s: str) -> float | None:
@@ -219,7 +281,7 @@ def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
 
 
 def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path,
-                 store: RunStore | None = None) -> list[Path]:
+                 store: RunStore | None = None, models: Path | None = None) -> list[Path]:
     """Every figure into ``out_dir`` (the report passes a staging folder it swaps in when all succeeded)."""
     out: list[Path] = []
     for b in built.values():
@@ -230,4 +292,6 @@ def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, ou
             out.append(hm)
     out += w2_noise(params, results, out_dir)
     out += privacy_utility(params, results, out_dir, store)
+    if models is not None:
+        out += training_curves(params, models, out_dir)
     return out

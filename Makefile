@@ -8,6 +8,7 @@ CORES  ?= all
 
 run: env
 	$(VENV)/bin/snakemake --cores $(CORES) --config scale=quick
+	$(VENV)/bin/snakemake --report results/report.html --config scale=quick
 
 test: env
 	$(VENV)/bin/pytest -q

@@ -49,8 +49,10 @@ def test_real_digits_accuracy(kind: str, digits: tuple[np.ndarray, ...]) -> None
 
 def test_early_stopping_restores_best_weights(digits: tuple[np.ndarray, ...]) -> None:
     xtr, ytr, *_ = digits
-    f = fit_classifier("mlp", xtr[:400], ytr[:400], num_classes=10, seed=3, max_epochs=300, patience=3)
-    assert f.converged and f.epochs_run == f.best_epoch + 3
+    # patience 10 (the paper's): on 40 hold-out images the accuracy moves in steps of 2.5 %, so a
+    # shorter patience can stop on an early plateau
+    f = fit_classifier("mlp", xtr[:400], ytr[:400], num_classes=10, seed=3, max_epochs=300, patience=10)
+    assert f.converged and f.epochs_run == f.best_epoch + 10
     assert f.holdout_indices is not None and len(f.holdout_indices) == f.n_holdout == 40
     # The model returned must be the best-epoch model: its held-out loss is the recorded best.
     xh = torch.from_numpy(clf.to_unit_float(xtr[:400][f.holdout_indices]))

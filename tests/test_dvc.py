@@ -231,3 +231,21 @@ def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):
     assert set(metrics["classifiers"]) == {"logreg", "mlp", "cnn"} and metrics["train"]["hparams"]["p"] == 0.5
     assert cell in (d / "results/tables/pm_grid_fmnist.md").read_text()
 
+
+
+def test_dvc_plots_show_each_run_and_one_quantity_per_file(repos):
+    """`dvc plots show`: every run's training log (epsilon vs step) and the report's one-quantity
+    files, with the columns the definitions name."""
+    d = repos.dvc
+    _back_to_baseline(d)
+    shown = json.loads(dvc(d, "plots", "show", "--json").strip().splitlines()[-1])
+    assert not shown.get("errors"), shown.get("errors")
+    data = shown["data"]
+    for path in (f"models/{EXP}/train_log.csv", "models/pm_fmnist_quick-p1.0-m1/train_log.csv",
+                 "results/figures/w2_noise_by_loss.csv", "results/figures/accuracy_vs_epsilon.csv",
+                 "results/figures/fid_vs_epsilon.csv"):
+        assert path in data, sorted(data)
+    log = data[f"models/{EXP}/train_log.csv"][0]["content"]
+    assert log["encoding"]["x"]["field"] == "step"
+    values = log["data"]["values"]
+    assert values and all(float(v["epsilon"]) <= 10.0 for v in values)  # never past the target

@@ -104,3 +104,12 @@ def test_snakemake_jobs_read_the_validated_overrides():
     snapshot = yaml.safe_load((REPO / files.pop()).read_text())
     assert snapshot["scale"] == "smoke" and SHIPPED["scale"] != "smoke"
     assert {k: v for k, v in snapshot.items() if k != "scale"} == {k: v for k, v in SHIPPED.items() if k != "scale"}
+
+
+def test_writing_a_default_out_changes_nothing():
+    """`threads: 1` written out, or an experiment's lr set to the value it already has: the same
+    settings, so the same fingerprints (a new field with a default does not re-run a pipeline)."""
+    lr = SHIPPED["experiments"]["dps_mnist"]["hparams"]["lr"]
+    assert changed_by(lambda p: p.update(threads=1)) == set()
+    assert changed_by(lambda p: p["experiments"]["dps_mnist"]["hparams"].update(lr=lr)) == set()
+    assert changed_by(lambda p: p["experiments"]["dps_mnist"].update(seed=None)) == set()

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -256,6 +257,32 @@ def dry_run_plan(cwd: Path, *args: str) -> list[tuple[str, str, str]]:
     return [(r, w, why) for r, w, why in jobs if r != "all"]
 
 
+def check_report_page(d: Path, tmp_path: Path) -> None:
+    """`snakemake --report`: the page holds every table, figure and sample grid with its caption,
+    and renders in a headless browser (scripts/report-screenshot.sh; a screenshot and the page's
+    text after its JavaScript ran)."""
+    run([venv_bin("snakemake"), "--report", "report.html", "--config", "scale=smoke"], d)
+    page = (d / "report.html").read_text()
+    for table in ("table1_fmnist", "pm_grid_fmnist", "privacy_ledger"):
+        assert f'Table <tt class=\\"docutils literal\\">{table}</tt>' in page, table  # its caption
+    for fig in ("training_dps_fmnist", "pm_grid_fmnist_heatmap", "w2_noise_fashion_mnist"):
+        assert f'Figure <tt class=\\"docutils literal\\">{fig}</tt>' in page, fig
+    assert 'Synthetic samples of run <tt class=\\"docutils literal\\">dps_fmnist</tt>' in page
+    shot, dom = tmp_path / "report.png", tmp_path / "report-dom.html"
+    res = subprocess.run(["bash", str(REPO / "scripts/report-screenshot.sh"), str(d / "report.html"), str(shot),
+                          str(dom)], capture_output=True, text=True, timeout=120)
+    if res.returncode == 3 and not os.environ.get("CI"):
+        pytest.skip(res.stderr.strip())  # no headless chromium here (CI installs it: scripts/system-packages.sh)
+    assert res.returncode == 0, res.stderr
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.shape[0] > 500 and pixels.std() > 10, "the screenshot is blank"
+    text = dom.read_text()
+    for words in ("our numbers beside", "Configuration: scale <tt", "Sample grids", "Tables", "Figures"):
+        assert words in text, words
+
+
 def smoke_patch(p: dict) -> None:
     """One DP-Sinkhorn target, one sweep cell, the real-data row and a one-level W2 sweep. Reproducible
     noise: the tests compare the generators two runners made bit for bit (not private, and labelled so)."""
@@ -294,6 +321,7 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
     assert {(r, w) for r, w, _ in plan if r == "train"} == {
         ("train", e) for e in ("dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p1.0-m1")}
     assert all("Params have changed" in why for r, _, why in plan if r == "train"), plan
+    check_report_page(sm_dir, tmp_path)
     dvc_dir = copy_workflow(tmp_path / "dvc", smoke_gswgan_patch)
     run([venv_bin("dvc"), "repro"], dvc_dir, timeout=1200)
     status = run([venv_bin("dvc"), "status"], dvc_dir)

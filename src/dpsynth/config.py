@@ -58,7 +58,9 @@ class ScalePreset(_Strict):
     n_synthetic_sets: int = Field(gt=0, description="Synthetic datasets per generator.")
     classifier_max_epochs: int = Field(gt=0)
     classifier_train_subset: int | None = Field(default=None, gt=0)
-    fid_samples: int = Field(gt=0)
+    fid_samples: int = Field(gt=0, description="generated (or, for a real row, real training) images per FID")
+    fid_reference_samples: int | None = Field(default=None, gt=0, description="real test images on FID's "
+                                              "reference side; None: the whole test split (the papers' protocol)")
     max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
                                        "afford the non-private batch of 500); recorded in every output")
     hparams: dict[MethodName, dict[str, Any]] = Field(default_factory=dict, description="per-method "
@@ -317,6 +319,8 @@ class Table(_Strict):
     dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
                                  "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")
     rows: list[TableRow] = []
+    notes: list[str] = Field(default_factory=list, description="ours about this table (a deviation from the "
+                             "papers, the papers disagreeing with each other); printed under the table")
 
 
 class DataSettings(_Strict):

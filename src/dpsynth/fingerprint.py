@@ -8,7 +8,9 @@ affects -- as DVC does with its per-stage ``params:`` lists. Data versions are n
 they are the jobs' input files, which Snakemake already compares.
 
 Erring on inclusion is deliberate: a field wrongly included costs a re-run, a field wrongly
-left out serves a stale result.
+left out serves a stale result. Settings equal to their defaults are left out of the hash, so a
+new configuration field (with a default) does not re-run a finished pipeline; a changed default
+is a code change, which Snakemake does not track (DVC's code deps do).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dpsynth.config import Params, ScalePreset, apply_preset, resolve_privacy
 
 #: Preset fields each job kind reads (the rest of the preset belongs to other stages).
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
-_EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "fid_samples")
+_EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "fid_samples",
+             "fid_reference_samples")
 _W2 = ("w2_noise_steps", "w2_noise_train_subset")
 _NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2}
 
@@ -31,15 +34,16 @@ STAGES = ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate
 
 def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
     """The preset fields training reads, with the per-method maps cut to this method."""
-    out = {k: v for k, v in preset.model_dump(mode="json").items() if k not in _NOT_TRAINING}
-    out["hparams"] = out["hparams"].get(method, {})
-    out["method_train_steps"] = out["method_train_steps"].get(method)
+    dumped = preset.model_dump(mode="json", exclude_defaults=True)
+    out = {k: v for k, v in dumped.items() if k not in _NOT_TRAINING}
+    out["hparams"] = out.get("hparams", {}).get(method, {})
+    out["method_train_steps"] = out.get("method_train_steps", {}).get(method)
     return out
 
 
 def _pick(preset: ScalePreset, keys: tuple[str, ...]) -> dict[str, Any]:
-    dumped = preset.model_dump(mode="json")
-    return {k: dumped[k] for k in keys}
+    dumped = preset.model_dump(mode="json", exclude_defaults=True)
+    return {k: dumped.get(k) for k in keys}
 
 
 def _experiment(params: Params, name: str) -> dict[str, Any]:
@@ -50,7 +54,8 @@ def _experiment(params: Params, name: str) -> dict[str, Any]:
     exp = experiments[name]
     resolved, overrides = apply_preset(exp, params.preset)
     # the description is a label for people; editing it must not retrain
-    return {"experiment": resolved.model_dump(mode="json", exclude={"description"}), "overrides": overrides,
+    dumped = resolved.model_dump(mode="json", exclude={"description"}, exclude_defaults=True)
+    return {"experiment": dumped, "overrides": overrides,
             "privacy_plan": resolve_privacy(exp, params.preset)}
 
 
@@ -59,17 +64,17 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
     experiment, or the dataset for ``prepare_data``, ``evaluate_real`` and ``w2_noise``)."""
     common = {"stage": stage, "scale": params.scale}
     run = {"seeds": params.seeds, "threads": params.threads, "privacy_noise": params.privacy_noise}
-    evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"})
+    evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"}, exclude_defaults=True)
     if stage == "prepare_data":
-        return {**common, "dataset": name, "data": params.data.model_dump(mode="json")}
+        return {**common, "dataset": name, "data": params.data.model_dump(mode="json", exclude_defaults=True)}
     if stage == "w2_noise":
-        return {**common, **run, "dataset": name, "sweep": params.w2_noise[name].model_dump(mode="json"),
-                "preset": _pick(params.preset, _W2)}
+        sweep = params.w2_noise[name].model_dump(mode="json", exclude_defaults=True)
+        return {**common, **run, "dataset": name, "sweep": sweep, "preset": _pick(params.preset, _W2)}
     if stage == "evaluate_real":
         return {**common, **run, "dataset": name, "evaluation": evaluation,
                 "preset": _pick(params.preset, _EVALUATE)}
     if stage == "report":
-        return {**common, "params": params.model_dump(mode="json")}
+        return {**common, "params": params.model_dump(mode="json", exclude_defaults=True)}
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
     exp = _experiment(params, name)

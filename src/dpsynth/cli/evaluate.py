@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from dpsynth.cli.common import add_params_arg, apply_threads, get_experiment, params_from_args, params_path
 from dpsynth.errors import DpsynthError
@@ -32,7 +33,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                     train_subset=preset.classifier_train_subset),
                    "fid": real_data_fid(real, n_samples=preset.fid_samples, weights=ev.fid_weights,
                                         allow_download=ev.fid_download, timeout=ev.fid_download_timeout,
-                                        cache_dir=fid_cache),
+                                        cache_dir=fid_cache, n_reference=fid_reference(preset, real)),
                    "privacy": None}
         out = real_metrics_file(args.results, args.real)
     else:
@@ -44,7 +45,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                                         train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
                                         fid_weights=ev.fid_weights, fid_download=ev.fid_download,
                                         fid_timeout=ev.fid_download_timeout,
-                                        conditional=exp.method != "entropic_wgan", fid_cache=fid_cache)}
+                                        conditional=exp.method != "entropic_wgan", fid_cache=fid_cache,
+                                        fid_reference=fid_reference(preset, real))}
         summary = Path(args.models) / args.experiment / "train_summary.json"
         metrics["train"] = read_json(summary) if summary.is_file() else None
         out = metrics_file(args.results, args.experiment)
@@ -59,6 +61,12 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(f"{metrics['experiment']}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
                                                   f"unavailable ({fid['reason']})"))
     return 0
+
+
+def fid_reference(preset: Any, real: Any) -> int:
+    """Real test images on FID's reference side: the preset's count, or the whole test split (the
+    papers' protocol: 60,000 generated images against the full test set, 19,962 for CelebA)."""
+    return int(preset.fid_reference_samples or len(real.x_test))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

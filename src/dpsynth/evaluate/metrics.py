@@ -85,7 +85,8 @@ def reference_statistics(extractor: Any, ref: np.ndarray, cache_dir: str | Path 
 
 
 def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,
-               allow_download: bool, timeout: float, cache_dir: str | Path | None = None) -> dict[str, Any]:
+               allow_download: bool, timeout: float, cache_dir: str | Path | None = None,
+               n_reference: int | None = None) -> dict[str, Any]:
     """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
 
     The network is loaded once and the reference statistics computed once for all sets (and, with
@@ -96,7 +97,8 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
     if path is None:
         return {"available": False, "fid": None, "reason": reason, "reference_split": "test"}
     extractor = InceptionFeatures(path)
-    ref = real.x_test[:n_samples]
+    # the reference side: the first n_reference real test images (None: as many as n_samples)
+    ref = real.x_test[:n_samples if n_reference is None else n_reference]
     with Progress(len(ref) + sum(min(n_samples, len(x)) for x in sets), "fid inception", unit="image",
                   bar=False) as bar:
         extractor.on_images = bar.update
@@ -114,13 +116,13 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
 
 
 def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_download: bool,
-                  timeout: float, cache_dir: str | Path | None = None) -> dict[str, Any]:
+                  timeout: float, cache_dir: str | Path | None = None, n_reference: int | None = None) -> dict[str, Any]:
     """The "Real data" row's FID: the real training split vs the real test split, the floor any
     generator's FID (same reference, same counts) is read against."""
     if not real.is_image:
         return {"available": False, "fid": None, "reason": "not an image dataset"}
     return {**fid_scores([real.x_train], real, n_samples=n_samples, weights=weights,
-                         allow_download=allow_download, timeout=timeout, cache_dir=cache_dir),
+                         allow_download=allow_download, timeout=timeout, cache_dir=cache_dir, n_reference=n_reference),
             "compared_split": "train"}
 
 
@@ -142,7 +144,7 @@ def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str,
 def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], max_epochs: int,
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
                        fid_download: bool, fid_timeout: float, conditional: bool = True,
-                       fid_cache: str | Path | None = None) -> dict[str, Any]:
+                       fid_cache: str | Path | None = None, fid_reference: int | None = None) -> dict[str, Any]:
     """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
     (the local-privacy method); FID whenever the records are images."""
     t0 = time.perf_counter()
@@ -164,7 +166,8 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
         clf, w2 = {}, w2_scores([x for x, _ in sets], real)
     t2 = time.perf_counter()
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
-                     allow_download=fid_download, timeout=fid_timeout, cache_dir=fid_cache) if real.is_image else \
+                     allow_download=fid_download, timeout=fid_timeout, cache_dir=fid_cache,
+                     n_reference=fid_reference) if real.is_image else \
         {"available": False, "fid": None, "reason": "not an image dataset"}
     t3 = time.perf_counter()
     return {"classifiers": clf, "w2": w2, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),

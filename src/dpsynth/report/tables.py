@@ -122,6 +122,11 @@ def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable]) ->
     return notes
 
 
+def _ours(table: Table) -> list[str]:
+    """The configuration's own notes on a table (params.yaml ``tables.<name>.notes``)."""
+    return [f"Ours: {n}" for n in table.notes]
+
+
 def _fid_protocol_notes(runs: list[Run | None]) -> list[str]:
     """The sample counts and network behind our FID cells: FID is biased upward at small N, so a
     cell is only comparable with one computed at the same counts (the papers': 60,000 vs the test split)."""
@@ -202,7 +207,7 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         records.append(rec)
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      _notes(rows_runs, papers), runs)
+                      [*_notes(rows_runs, papers), *_ours(table)], runs)
 
 
 def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -261,7 +266,7 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
         if rid not in matched:
             add({k: _fmt_key(v) for k, v in prow.key.items()}, None, None, rid)
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      _notes(rows_runs, [paper]), runs, grid={"keys": keys, "cells": cells})
+                      [*_notes(rows_runs, [paper]), *_ours(table)], runs, grid={"keys": keys, "cells": cells})
 
 
 def read_w2_csv(path: Path) -> pd.DataFrame:
@@ -288,7 +293,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
     paper = paper_table(table.published, where) if table.published else None
     paper_cell = PLOT_ONLY if paper is not None and paper.plot_only else NOT_REPORTED
     records: list[dict[str, str]] = []
-    notes = [f"{paper.source}: {n}" for n in paper.notes] if paper else []
+    notes = ([f"{paper.source}: {n}" for n in paper.notes] if paper else []) + _ours(table)
     path = w2_noise_csv(store.results, table.dataset) if table.dataset else None
     if path is not None and path.is_file():
         df = read_w2_csv(path)
@@ -396,7 +401,7 @@ def _privacy_table(name: str, table: Table, params: Params, store: RunStore) -> 
     notes = ["GS-WGAN: 'as_published.*' counts every per-sample release as subsampled at 1/N_d (the paper's "
              "accounting, comparable with its epsilon 10); 'sound.*' counts a step as one release of the shard "
              "(the real guarantee, DESIGN 5.2). rdp_classic is the papers' RDP-to-DP conversion, rdp_modern the "
-             "tighter one."]
+             "tighter one.", *_ours(table)]
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), notes)
 
 
@@ -474,6 +479,10 @@ def write_table(built: BuiltTable, out_dir: Path, scale: str) -> list[Path]:
     return paths
 
 
+#: The page listing every deviation from the papers (linked from the README and the report).
+DEVIATIONS = "docs/deviations.md"
+
+
 def write_index(built: dict[str, BuiltTable], out_dir: Path, scale: str) -> Path:
     """``index.md``: every table in one page, in params.yaml order."""
     path = Path(out_dir) / "index.md"
@@ -481,4 +490,5 @@ def write_index(built: dict[str, BuiltTable], out_dir: Path, scale: str) -> Path
         fh.write(f"# Tables (scale `{scale}`)\n\n")
         for b in built.values():
             fh.write(f"- [{b.title}]({b.name}.md) — {b.paper}\n")
+        fh.write(f"\nEvery difference from the papers and the authors' code, with its reason: {DEVIATIONS}\n")
     return path

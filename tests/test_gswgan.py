@@ -39,8 +39,12 @@ def _count(m: torch.nn.Module) -> int:
 
 def test_published_widths_parameter_counts_and_output_range() -> None:
     g = build_generator("resnet28")  # registered name; latent 10, 10 classes, d = 64
-    # fc 20*4096+4096 | block1 (256->256) | block2 (256->128) | block3 (128->64) | BN 64 | conv 64->1
-    assert _count(g) == 86_016 + 1_246_720 + 476_160 + 119_296 + 128 + 577 == 1_928_897
+    # DingfanChen/GS-WGAN source/models.py GeneratorResNet: fc 20*4096+4096 | three GBlocks 256->256
+    # (two 3x3 convs + a 1x1 shortcut, with biases) | conv 3x3 256->1; spectral norm adds buffers only
+    assert _count(g) == 86_016 + 3 * (2 * 590_080 + 65_792) + 2_305 == 3_826_177
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in g.modules())  # pixel norm, not batch norm
+    sn_vectors = [n for n, _ in g.named_buffers() if n.endswith("_u")]
+    assert len(sn_vectors) == 2 + 3 * 3  # every layer spectrally normalised (fc, out, 3 per block)
     c = StackedCritics(1)
     # conv 1->64, 64->128, 128->256 (5x5) + linear 4096->1 + class embedding 10x4096
     assert _count(c) == 1_664 + 204_928 + 819_456 + 4_097 + 40_960 == 1_071_105
@@ -51,27 +55,37 @@ def test_published_widths_parameter_counts_and_output_range() -> None:
     assert x.shape == (6, 1, 28, 28) and y is not None and 0 <= x.min() and x.max() <= 1  # sigmoid
 
 
+def test_generator_layers_are_spectrally_normalised_and_sampling_is_deterministic() -> None:
+    """Every layer's effective weight has spectral norm ~1 once the power iteration has run (train
+    mode); eval mode leaves the u vectors alone, so a released generator samples reproducibly."""
+    g = GSWGANGenerator(model_dim=D, init_seed=3).train()
+    z, y = g.sample_latent(4, torch.Generator().manual_seed(0)), torch.arange(4)
+    for _ in range(300):  # power iteration converges geometrically (slowly when the top two are close)
+        g(z, y)
+    for part in (g.io, g.block1, g.block2, g.block3):
+        for name in part.shapes:
+            w = part.w(name).detach()
+            top = torch.linalg.matrix_norm(w.reshape(w.shape[0], w.shape[1], -1), ord=2)
+            assert torch.allclose(top, torch.ones_like(top), atol=0.01), name  # the estimate from below, within 1 %
+    g.eval()
+    before = {n: b.clone() for n, b in g.named_buffers()}
+    a, b = g(z, y), g(z, y)
+    assert torch.equal(a, b) and all(torch.equal(before[n], t) for n, t in g.named_buffers())
+
+
 def test_stacked_copies_equal_lone_networks() -> None:
     """Copy k of a stacked generator/critic computes exactly what a lone network with its weights does."""
     k, b = 3, 5
-    gs = GSWGANGenerator(model_dim=D, copies=k, init_seed=1)
+    gs = GSWGANGenerator(model_dim=D, copies=k, init_seed=1).eval()  # eval: no power iteration
     cs = StackedCritics(k, model_dim=D, init_seed=2)
     z = torch.randint(0, 2, (k, b, 10)).float()
     y = torch.randint(0, 10, (k, b))
     out = gs.forward_stacked(z, y)
     scores = cs(out, y, cs.weights(power_iteration=False))
     for i in range(k):
-        g1 = GSWGANGenerator(model_dim=D, copies=1)
-        sd = {}
-        for name, v in gs.state_dict().items():
-            if v.dim() == 0:
-                sd[name] = v
-            elif v.shape[0] == k:  # stacked parameter
-                sd[name] = v[i : i + 1]
-            else:  # BatchNorm over copies * C channels: copy i's block of channels
-                c = v.shape[0] // k
-                sd[name] = v[i * c : (i + 1) * c]
-        g1.load_state_dict(sd)
+        g1 = GSWGANGenerator(model_dim=D, copies=1).eval()
+        assert all(v.shape[0] == k for v in gs.state_dict().values())  # every tensor is stacked
+        g1.load_state_dict({name: v[i : i + 1] for name, v in gs.state_dict().items()})
         lone = g1(z[i], y[i])
         assert torch.allclose(lone, out[i], atol=1e-5)
         bank = CriticBank(cs, 1e-4, (0.5, 0.9)).take(i, i + 1)
@@ -238,6 +252,11 @@ def test_warmstart_train_resume_bit_identical(workspace: Path, capsys: pytest.Ca
 
     full = train(_ctx(workspace, "m_full"))
     assert full["finished"] and full["steps"] == 4 and full["schedule"] == "sound"
+    # The published main.py builds new critic optimisers after loading the warm start: the Adam step
+    # counts are the 4 steps x critic_steps of training only (the warm start's 4 critics x 1 step are not there)
+    ctx = _ctx(workspace, "m_full")
+    adam = torch.load(ctx.checkpoint_path, weights_only=False)["critics"]["adam"]
+    assert float(adam["steps"].sum()) == 4 * ctx.experiment.hparams.critic_steps
     part = train(_ctx(workspace, "m_resume", max_steps=3))  # "killed" after 3 steps (checkpoint at 2, then 3)
     assert part == {"experiment": "gsw", "steps": 3, "finished": False}
     resumed = train(_ctx(workspace, "m_resume"))

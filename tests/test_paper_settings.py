@@ -57,12 +57,15 @@ def test_the_papers_disagreement_on_the_p0_m0_cell_is_stated():
 def test_fid_at_the_paper_scale_is_60000_generated_against_the_whole_test_split():
     """ICLR section 4.1: FID from 60,000 generated images against the test set (19,962 for CelebA)."""
     paper = PARAMS.scales["paper"]
-    assert paper.fid_samples == 60_000 == paper.n_synthetic and paper.fid_reference_samples is None
+    assert paper.fid_samples == 60_000 == paper.n_synthetic and paper.fid_reference_samples == "all"
     for n_test in (10_000, 19_962):
         real = SimpleNamespace(x_test=np.zeros((n_test, 1, 1, 1), np.uint8))
         assert fid_reference(paper, real) == n_test
-    quick = PARAMS.scales["quick"]
-    assert fid_reference(quick, SimpleNamespace(x_test=np.zeros((10_000, 1, 1, 1)))) == quick.fid_samples
+    quick = PARAMS.scales["quick"]  # unset: as many real images as generated ones
+    assert quick.fid_reference_samples is None
+    assert fid_reference(quick, SimpleNamespace(x_test=np.zeros((10_000, 1, 1, 1)))) == quick.fid_samples == 250
+    assert fid_reference(quick.model_copy(update={"fid_reference_samples": 900}),
+                         SimpleNamespace(x_test=np.zeros((500, 1, 1, 1)))) == 500  # never more than there are
 
 
 def test_cnn_is_the_appendix_d2_network():

@@ -59,8 +59,9 @@ class ScalePreset(_Strict):
     classifier_max_epochs: int = Field(gt=0)
     classifier_train_subset: int | None = Field(default=None, gt=0)
     fid_samples: int = Field(gt=0, description="generated (or, for a real row, real training) images per FID")
-    fid_reference_samples: int | None = Field(default=None, gt=0, description="real test images on FID's "
-                                              "reference side; None: the whole test split (the papers' protocol)")
+    fid_reference_samples: Annotated[int, Field(gt=0)] | Literal["all"] | None = Field(
+        default=None, description="real test images on FID's reference side: a count, 'all' (the whole test "
+        "split, the papers' protocol), or None (as many as fid_samples)")
     max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
                                        "afford the non-private batch of 500); recorded in every output")
     hparams: dict[MethodName, dict[str, Any]] = Field(default_factory=dict, description="per-method "

@@ -64,9 +64,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def fid_reference(preset: Any, real: Any) -> int:
-    """Real test images on FID's reference side: the preset's count, or the whole test split (the
-    papers' protocol: 60,000 generated images against the full test set, 19,962 for CelebA)."""
-    return int(preset.fid_reference_samples or len(real.x_test))
+    """Real test images on FID's reference side: the preset's count, ``all`` of the test split (the
+    papers' protocol: 60,000 generated images against the full test set, 19,962 for CelebA), or
+    (unset) as many as ``fid_samples``."""
+    ref = preset.fid_reference_samples
+    n = len(real.x_test) if ref == "all" else preset.fid_samples if ref is None else int(ref)
+    return min(n, len(real.x_test))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

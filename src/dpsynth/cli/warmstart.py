@@ -28,6 +28,7 @@ def _warmstart(args: argparse.Namespace) -> int:
         save_critics,
         warm_start,
     )
+    from dpsynth.progress import Progress
 
     args.checkpoint_every = None  # build_context is shared with `train`; a warm start has no checkpoints
     args.out = "models"  # unused: a warm start writes only under --private-out

@@ -206,6 +206,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     private = sigma is not None
 
     bank, shards_np = load_critics(ws_dir, settings, data_fingerprint(ctx.data.x_train, ctx.data.y_train), dev, ctx.name)
+    bank.reset_optimizer()  # as the published main.py: warm-started weights, new Adam (a resume reloads its own)
     shards = torch.from_numpy(shards_np).to(dev)
     x_u8 = torch.from_numpy(ctx.data.x_train).to(dev)
     y_all = torch.from_numpy(ctx.data.y_train.astype(np.int64)).to(dev)

@@ -151,6 +151,12 @@ class CriticBank:
     def device(self) -> torch.device:
         return self.critics.conv1_w.device
 
+    def reset_optimizer(self) -> None:
+        """Fresh Adam moments and step counts (the weights stay): the published code builds new
+        critic optimisers after loading the warm-started critics."""
+        self.opt = StackedAdam(dict(self.critics.named_parameters()), self.critics.copies, self.opt.lr,
+                               self.opt.betas)
+
     def state_dict(self) -> dict[str, Any]:
         return {"critics": self.critics.state_dict(), "adam": self.opt.state_dict()}
 

@@ -10,11 +10,13 @@ network with copy ``k``'s parameters (tests check this).
 
 Layouts (28x28, ``model_dim`` d = 64 as published):
 
-- Generator: ``[z, onehot(y)]`` -> Linear -> (4d, 4, 4) -> ReLU -> pixel norm ->
-  ResBlock-up(4d->4d) 8x8 -> crop 7x7 -> ResBlock-up(4d->2d) 14x14 -> ResBlock-up(2d->d)
-  28x28 -> BN -> ReLU -> Conv3x3(d->C) -> sigmoid (data in [0, 1]). A ResBlock-up is
-  ``conv1x1(up(x)) + conv3x3(relu(bn(conv3x3_nobias(up(relu(bn(x)))))))``; ``up`` is the
-  published depth-to-space upsampling, i.e. nearest-neighbour x2. Latent: 10 Bernoulli(0.5).
+- Generator (``source/models.py`` ``GeneratorResNet`` of DingfanChen/GS-WGAN): ``[z, onehot(y)]``
+  -> SN-Linear -> (4d, 4, 4) -> ReLU -> pixel norm -> three up-blocks 4d->4d (4->8->16->32)
+  -> SN-Conv3x3 valid (4d->C) 30x30 -> sigmoid -> top-left 28x28 crop (data in [0, 1]). An
+  up-block is ``SN-conv1x1(up(x)) + SN-conv3x3(relu(pn(SN-conv3x3(up(pn(x))))))`` with ``pn``
+  the pixel norm (over channels, eps 1e-10) and ``up`` nearest-neighbour x2. Spectral norm
+  (``SN``) on every layer, one power iteration per training forward (none in eval mode, so
+  sampling a released generator is deterministic). Latent: 10 Bernoulli(0.5).
 - Critic: Conv5x5/2(C->d) 14x14 -> Conv5x5/2(d->2d) 7x7 -> Conv5x5/2(2d->4d) 4x4, ReLU after
   each; ``out = Linear(h) + <Embed(y), h>`` (class projection). Spectral norm on every
   layer (the published ``DiscriminatorDCGAN(if_SN=True)``), one power iteration per critic
@@ -59,37 +61,79 @@ def bernoulli_latent(shape: tuple[int, ...], generator: torch.Generator | None, 
 # --------------------------------------------------------------------------- generator
 
 
-class _UpBlock(nn.Module):
-    """Stacked ResBlock-up; per-(copy, channel) batch norm comes from BatchNorm2d(copies * C)."""
+def _l2n(v: Tensor) -> Tensor:
+    return v / (v.norm(dim=-1, keepdim=True) + 1e-12)
 
-    def __init__(self, copies: int, cin: int, cout: int) -> None:
+
+def _spectral(w: Tensor, u_all: Tensor, idx: Tensor | None, power_iteration: bool) -> Tensor:
+    """``w`` (k, out, ...) divided per copy by its largest singular value, estimated with the
+    per-copy vector ``u_all`` (k, out); with ``power_iteration`` ``u_all`` advances one step
+    first (the published SpectralNorm: one iteration per forward)."""
+    u = u_all if idx is None else u_all[idx]
+    mat = w.reshape(w.shape[0], w.shape[1], -1)  # (k, out, in)
+    with torch.no_grad():
+        m = mat.detach()
+        if power_iteration:
+            v = _l2n(torch.bmm(u[:, None, :], m)[:, 0])  # W^T u
+            u = _l2n(torch.bmm(m, v[:, :, None])[:, :, 0])  # W v
+            if idx is None:
+                u_all.copy_(u)
+            else:
+                u_all[idx] = u
+        v = _l2n(torch.bmm(u[:, None, :], m)[:, 0])
+    sigma = torch.einsum("ko,koi,ki->k", u, mat, v)
+    return w / sigma.view(-1, *([1] * (w.dim() - 1)))
+
+
+def _pixel_norm(h: Tensor, copies: int, eps: float = 1e-10) -> Tensor:
+    """The published pixel norm (over each copy's channels) on a (B, copies * C, H, W) tensor."""
+    b, kc, hh, ww = h.shape
+    g = h.view(b, copies, kc // copies, hh, ww)
+    return (g * torch.rsqrt(g.pow(2).mean(dim=2, keepdim=True) + eps)).view(b, kc, hh, ww)
+
+
+class _SNLayers(nn.Module):
+    """Stacked weights (k, out, ...) + biases (k, out), each with its spectral-norm ``u`` buffer."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
         super().__init__()
-        self.copies, self.cin, self.cout = copies, cin, cout
-        self.bn1 = nn.BatchNorm2d(copies * cin)
-        self.bn2 = nn.BatchNorm2d(copies * cout)
-        self.w_short = nn.Parameter(torch.empty(copies, cout, cin, 1, 1))
-        self.b_short = nn.Parameter(torch.empty(copies, cout))
-        self.w1 = nn.Parameter(torch.empty(copies, cout, cin, 3, 3))  # no bias (published)
-        self.w2 = nn.Parameter(torch.empty(copies, cout, cout, 3, 3))
-        self.b2 = nn.Parameter(torch.empty(copies, cout))
+        self.shapes = shapes
+        for name, shape in shapes.items():
+            self.register_parameter(f"{name}_w", nn.Parameter(torch.empty(shape)))
+            self.register_parameter(f"{name}_b", nn.Parameter(torch.empty(shape[0], shape[1])))
+            self.register_buffer(f"{name}_u", torch.empty(shape[0], shape[1]))
 
     def reset_parameters(self, gen: torch.Generator | None) -> None:
         with torch.no_grad():
-            k, ci, co = self.copies, self.cin, self.cout
-            self.w_short.copy_(_uniform((k, co, ci, 1, 1), ci, gen))
-            self.b_short.copy_(_uniform((k, co), ci, gen))
-            self.w1.copy_(_uniform((k, co, ci, 3, 3), ci * 9, gen))
-            self.w2.copy_(_uniform((k, co, co, 3, 3), co * 9, gen))
-            self.b2.copy_(_uniform((k, co), co * 9, gen))
-        for bn in (self.bn1, self.bn2):
-            bn.reset_parameters()
+            for name, shape in self.shapes.items():
+                fan_in = int(math.prod(shape[2:]))
+                getattr(self, f"{name}_w").copy_(_uniform(shape, fan_in, gen))
+                getattr(self, f"{name}_b").copy_(_uniform((shape[0], shape[1]), fan_in, gen))
+                getattr(self, f"{name}_u").copy_(_l2n(torch.randn((shape[0], shape[1]), generator=gen)))
+
+    def w(self, name: str) -> Tensor:
+        return _spectral(getattr(self, f"{name}_w"), getattr(self, f"{name}_u"), None, self.training)
+
+    def b(self, name: str) -> Tensor:
+        return getattr(self, f"{name}_b")
+
+
+class _UpBlock(_SNLayers):
+    """The published ``GBlock`` (4d -> 4d, upsampling), stacked over copies."""
+
+    def __init__(self, copies: int, channels: int) -> None:
+        k, c = copies, channels
+        super().__init__({"conv1": (k, c, c, 3, 3), "conv2": (k, c, c, 3, 3), "short": (k, c, c, 1, 1)})
+        self.copies = copies
 
     def forward(self, x: Tensor) -> Tensor:
-        # 1x1 conv commutes with nearest upsampling: convolve at low resolution (4x cheaper).
-        short = F.interpolate(grouped_conv(x, self.w_short, self.b_short), scale_factor=2, mode="nearest")
-        h = F.interpolate(F.relu(self.bn1(x)), scale_factor=2, mode="nearest")
-        h = F.relu(self.bn2(grouped_conv(h, self.w1, None, padding=1)))
-        return short + grouped_conv(h, self.w2, self.b2, padding=1)
+        k = self.copies
+        h = F.interpolate(_pixel_norm(x, k), scale_factor=2, mode="nearest")
+        h = grouped_conv(h, self.w("conv1"), self.b("conv1"), padding=1)
+        h = grouped_conv(F.relu(_pixel_norm(h, k)), self.w("conv2"), self.b("conv2"), padding=1)
+        # a 1x1 conv commutes with nearest upsampling: convolve at low resolution (4x cheaper)
+        short = F.interpolate(grouped_conv(x, self.w("short"), self.b("short")), scale_factor=2, mode="nearest")
+        return h + short
 
 
 class GSWGANGenerator(Generator):
@@ -120,29 +164,16 @@ class GSWGANGenerator(Generator):
         self.latent_dist = "bernoulli"
         d, k = model_dim, copies
         self.model_dim, self.copies, self.out_channels = d, k, out_channels
-        in_dim = latent_dim + num_classes
-        self.fc_w = nn.Parameter(torch.empty(k, in_dim, 4 * 4 * 4 * d))
-        self.fc_b = nn.Parameter(torch.empty(k, 4 * 4 * 4 * d))
-        self.block1 = _UpBlock(k, 4 * d, 4 * d)
-        self.block2 = _UpBlock(k, 4 * d, 2 * d)
-        self.block3 = _UpBlock(k, 2 * d, d)
-        self.bn = nn.BatchNorm2d(k * d)
-        self.out_w = nn.Parameter(torch.empty(k, out_channels, d, 3, 3))
-        self.out_b = nn.Parameter(torch.empty(k, out_channels))
+        self.io = _SNLayers({"fc": (k, 4 * 4 * 4 * d, latent_dim + num_classes), "out": (k, out_channels, 4 * d, 3, 3)})
+        self.block1 = _UpBlock(k, 4 * d)
+        self.block2 = _UpBlock(k, 4 * d)
+        self.block3 = _UpBlock(k, 4 * d)
         self.reset_parameters(None if init_seed is None else torch.Generator().manual_seed(init_seed))
 
     def reset_parameters(self, gen: torch.Generator | None = None) -> None:
         """Initialise every copy from ``gen`` (deterministic, independent of any data)."""
-        k, d = self.copies, self.model_dim
-        in_dim = self.latent_dim + (self.num_classes or 0)
-        with torch.no_grad():
-            self.fc_w.copy_(_uniform(tuple(self.fc_w.shape), in_dim, gen))
-            self.fc_b.copy_(_uniform((k, 64 * d), in_dim, gen))
-            self.out_w.copy_(_uniform(tuple(self.out_w.shape), d * 9, gen))
-            self.out_b.copy_(_uniform((k, self.out_channels), d * 9, gen))
-        for blk in (self.block1, self.block2, self.block3):
-            blk.reset_parameters(gen)
-        self.bn.reset_parameters()
+        for part in (self.io, self.block1, self.block2, self.block3):
+            part.reset_parameters(gen)
 
     def sample_latent(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         return bernoulli_latent((n, self.latent_dim), generator, self._device())
@@ -156,14 +187,13 @@ class GSWGANGenerator(Generator):
         d = self.model_dim
         assert self.num_classes is not None
         h = torch.cat([z, F.one_hot(labels, self.num_classes).to(z.dtype)], dim=2)
-        h = torch.baddbmm(self.fc_b[:, None, :], h, self.fc_w)  # (k, B, 64d)
-        h = F.relu(h.view(k, b, 4 * d, 4, 4))
-        h = h * torch.rsqrt(h.pow(2).mean(dim=2, keepdim=True) + 1e-8)  # pixel norm (published)
-        h = h.transpose(0, 1).reshape(b, k * 4 * d, 4, 4)
-        h = self.block1(h)[:, :, :7, :7]
-        h = self.block3(self.block2(h))
-        h = grouped_conv(F.relu(self.bn(h)), self.out_w, self.out_b, padding=1)
-        return torch.sigmoid(h).view(b, k, self.out_channels, 28, 28).transpose(0, 1)
+        h = torch.baddbmm(self.io.b("fc")[:, None, :], h, self.io.w("fc").transpose(1, 2))  # (k, B, 64d)
+        h = F.relu(h.view(k, b, 4 * d, 4, 4)).transpose(0, 1).reshape(b, k * 4 * d, 4, 4)
+        h = _pixel_norm(h, k)
+        h = self.block3(self.block2(self.block1(h)))  # 32x32
+        h = grouped_conv(h, self.io.w("out"), self.io.b("out"))  # valid 3x3: 30x30
+        h = torch.sigmoid(h[:, :, :28, :28])  # the published crop output[:, :, :-2, :-2]
+        return h.reshape(b, k, self.out_channels, 28, 28).transpose(0, 1)
 
     def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
         self._check_inputs(z, labels)
@@ -174,10 +204,6 @@ class GSWGANGenerator(Generator):
 
 
 # --------------------------------------------------------------------------- critics
-
-
-def _l2n(v: Tensor) -> Tensor:
-    return v / (v.norm(dim=-1, keepdim=True) + 1e-12)
 
 
 class StackedCritics(nn.Module):
@@ -253,21 +279,7 @@ class StackedCritics(nn.Module):
                 w = w.detach()
                 b = None if b is None else b.detach()
             if self.spectral_norm:
-                u_all: Tensor = getattr(self, f"{name}_u")
-                u = u_all if idx is None else u_all[idx]
-                mat = w.reshape(w.shape[0], w.shape[1], -1)  # (k, out, in)
-                with torch.no_grad():
-                    m = mat.detach()
-                    if power_iteration:
-                        v = _l2n(torch.bmm(u[:, None, :], m)[:, 0])  # W^T u
-                        u = _l2n(torch.bmm(m, v[:, :, None])[:, :, 0])  # W v
-                        if idx is None:
-                            u_all.copy_(u)
-                        else:
-                            u_all[idx] = u
-                    v = _l2n(torch.bmm(u[:, None, :], m)[:, 0])
-                sigma = torch.einsum("ko,koi,ki->k", u, mat, v)
-                w = w / sigma.view(-1, *([1] * (w.dim() - 1)))
+                w = _spectral(w, getattr(self, f"{name}_u"), idx, power_iteration)
             out[f"{name}_w"] = w
             if b is not None:
                 out[f"{name}_b"] = b

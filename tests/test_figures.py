@@ -13,7 +13,7 @@ import pytest
 from dpsynth.config import parse_params
 from dpsynth.data.registry import get_spec
 from dpsynth.evaluate.sampling import privacy_caption, sample_grid
-from tests.test_report import DPS_PRIVACY, _DPS, _dps_privacy, fixture_raw, write_metrics
+from tests.test_report import DPS_PRIVACY, _dps_privacy, fixture_raw, two_epsilons, write_metrics
 
 matplotlib.use("Agg")
 
@@ -98,12 +98,7 @@ def test_training_curves_show_epsilon_for_dp_runs_and_loss_only_where_released(t
 def test_dvc_plot_files_hold_one_quantity_each(tmp_path: Path) -> None:
     from dpsynth.report.figures import ACCURACY_VS_EPSILON_CSV, FID_VS_EPSILON_CSV, privacy_utility
 
-    raw = fixture_raw()
-    raw["experiments"]["dps_mnist_eps1"] = {**_DPS, "dataset": "mnist",
-                                           "privacy": {"epsilon": 1, "delta": 1.0e-5, "sigma": 3.0}}
-    params = parse_params(raw, source="fixture")
-    write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY)
-    write_metrics(tmp_path, "dps_mnist_eps1", privacy=_dps_privacy(1.0), acc={"logreg": (0.5, 0.0)}, fid=(200.0, 0.0))
+    params = two_epsilons(tmp_path)
     privacy_utility(params, tmp_path, tmp_path / "figs")
     acc = pd.read_csv(tmp_path / "figs" / ACCURACY_VS_EPSILON_CSV)
     fid = pd.read_csv(tmp_path / "figs" / FID_VS_EPSILON_CSV)

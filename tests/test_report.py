@@ -451,16 +451,21 @@ def test_proposed_tables_fit_the_repository_params() -> None:
         check_complete(b)
 
 
-def test_privacy_utility_curve_when_several_epsilons(tmp_path: Path) -> None:
-    from dpsynth.report.figures import PRIVACY_UTILITY_CSV, privacy_utility
-
+def two_epsilons(results: Path) -> Any:
+    """The fixture params plus dps_mnist at epsilon 1, and metrics for both dps_mnist runs."""
     raw = fixture_raw()
     raw["experiments"]["dps_mnist_eps1"] = {**_DPS, "dataset": "mnist",
                                            "privacy": {"epsilon": 1, "delta": 1.0e-5, "sigma": 3.0}}
-    params = parse_params(raw, source="fixture")
-    write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY)
-    write_metrics(tmp_path, "dps_mnist_eps1", privacy=_dps_privacy(1.0),
-                  acc={"logreg": (0.5, 0.0)}, fid=(200.0, 0.0))
+    write_metrics(results, "dps_mnist", privacy=DPS_PRIVACY)
+    write_metrics(results, "dps_mnist_eps1", privacy=_dps_privacy(1.0), acc={"logreg": (0.5, 0.0)},
+                  fid=(200.0, 0.0))
+    return parse_params(raw, source="fixture")
+
+
+def test_privacy_utility_curve_when_several_epsilons(tmp_path: Path) -> None:
+    from dpsynth.report.figures import PRIVACY_UTILITY_CSV, privacy_utility
+
+    params = two_epsilons(tmp_path)
     out = privacy_utility(params, tmp_path, tmp_path / "figs")
     assert (tmp_path / "figs" / "privacy_utility_dp_sinkhorn_mnist.png") in out
     df = pd.read_csv(tmp_path / "figs" / PRIVACY_UTILITY_CSV)

@@ -194,12 +194,8 @@ def _p_list(values: list[float]):
     return patch
 
 
-def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
-    """Adding a value to a targeted sweep's `p` list adds exactly that cell's train, sample and
-    evaluate jobs, in Snakemake (expand) and DVC (matrix) alike; nothing else changes."""
-    base = copy_workflow(tmp_path / "a", _p_list([0.2, 1.0]))
-    more = copy_workflow(tmp_path / "b", _p_list([0.2, 0.5, 1.0]))
-    cell = "pm_fmnist_quick-p0.5-m1"
+def assert_adds_exactly_one_cell(base: Path, more: Path, cell: str) -> None:
+    """``more``'s DAG is ``base``'s plus ``cell``'s train, sample and evaluate outputs, in both runners."""
     want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
     want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json"}
     for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
@@ -209,6 +205,14 @@ def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
         added = set().union(*b.values()) - set().union(*a.values())
         removed = set().union(*a.values()) - set().union(*b.values())
         assert added == want and not removed
+
+
+def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
+    """Adding a value to a targeted sweep's `p` list adds exactly that cell's train, sample and
+    evaluate jobs, in Snakemake (expand) and DVC (matrix) alike; nothing else changes."""
+    base = copy_workflow(tmp_path / "a", _p_list([0.2, 1.0]))
+    more = copy_workflow(tmp_path / "b", _p_list([0.2, 0.5, 1.0]))
+    assert_adds_exactly_one_cell(base, more, "pm_fmnist_quick-p0.5-m1")
     dvc_names = {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)}
     assert dvc_names == {f"{r}_pm_fmnist_quick@0.5-1" for r in ("train", "sample", "evaluate")}
 
@@ -452,14 +456,6 @@ def test_an_epsilon_sweep_adds_exactly_its_cells_in_both_dags(tmp_path):
     more = copy_workflow(tmp_path / "b", _eps_sweep([1.0, 3.0, 10.0]))
     for d in (base, more):
         _add_eps_groups(d)
-    cell = "eps_fmnist-epsilon3.0"
-    want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
-    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json"}
-    for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
-        a, b = outputs(base), outputs(more)
-        a.pop("all", None), b.pop("all", None)
-        added = set().union(*b.values()) - set().union(*a.values())
-        removed = set().union(*a.values()) - set().union(*b.values())
-        assert added == want and not removed
+    assert_adds_exactly_one_cell(base, more, "eps_fmnist-epsilon3.0")
     assert {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)} == {
         f"{r}_eps_fmnist@3.0" for r in ("train", "sample", "evaluate")}

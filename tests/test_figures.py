@@ -62,6 +62,8 @@ def test_point_clouds_are_drawn_over_the_true_curve(tmp_path: Path, drawn: list)
 def test_privacy_caption_names_the_headline() -> None:
     assert privacy_caption(DPS_PRIVACY).startswith("epsilon 10.00, delta 1e-05 (")
     assert privacy_caption({"mechanism": "none"}) == "none"
+    replayable = {**DPS_PRIVACY, "noise": {"mode": "reproducible", "private": False}}
+    assert privacy_caption(replayable).endswith(": reproducible noise - not private")
 
 
 def _log(path: Path, columns: dict[str, list[float]]) -> None:

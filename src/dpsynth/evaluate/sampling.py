@@ -138,9 +138,12 @@ def privacy_caption(privacy: dict[str, Any]) -> str:
     """One line for a figure: the headline (epsilon, delta), or that the run is not central DP."""
     eps = privacy.get("epsilon") or {}
     head = privacy.get("headline")
-    if isinstance(eps, dict) and head in eps:
-        return f"epsilon {eps[head]:.2f}, delta {privacy.get('delta'):g} ({head})"
-    return str(privacy.get("mechanism") or "non-private")
+    text = f"epsilon {eps[head]:.2f}, delta {privacy.get('delta'):g} ({head})" \
+        if isinstance(eps, dict) and head in eps else str(privacy.get("mechanism") or "non-private")
+    noise = privacy.get("noise") or {}
+    if isinstance(noise, dict) and noise.get("private") is False:  # as every output of such a run says
+        text += ": reproducible noise - not private"
+    return text
 
 
 def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_class: int = 10, *,

@@ -210,8 +210,9 @@ def training_curves(params: Params, models: Path, out_dir: Path) -> list[Path]:
             continue
         labels = {"epsilon": "ε spent (headline accountant)", "loss": "loss", "steps_per_s": "steps/s"}
         fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
+        fig.subplots_adjust(wspace=0.4)
         for ax, col in zip(axes[0], panels):
-            ax.plot(df["step"], df[col], lw=1.2)
+            ax.plot(df["step"], df[col], lw=1.2, marker="o" if len(df) < 40 else None, ms=3)  # a short log: points
             ax.set(xlabel="step", ylabel=labels[col])
             ax.grid(alpha=0.3)
         exp = params.all_experiments()[name]

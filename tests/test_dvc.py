@@ -159,7 +159,7 @@ def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
     """One edit of an experiment's lr after a real run by each runner: Snakemake plans that
     experiment's train/sample/evaluate, those of the sweep cell built on it, and the report --
     nothing else -- re-running train for "Params have changed"; DVC's status names the same two
-    train stages as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
+    train stages (and the report) as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
     in the Snakemake copy: DVC's commit rewrites the files, newer mtimes Snakemake would see.)"""
     from tests.test_workflow_sync import dry_run_plan
 
@@ -185,7 +185,8 @@ def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
     assert_clean(d)
     edit_params(d, lr_edit)
     changed = json.loads(dvc(d, "status", "--json").strip().splitlines()[-1])
-    assert set(changed) == {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1"}, changed
+    # the two trainings, and the report (its params include `experiments`: its notes print each run's settings)
+    assert set(changed) == {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1", "report"}, changed
     _back_to_baseline(d)
     assert_clean(d)
 

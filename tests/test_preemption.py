@@ -106,9 +106,11 @@ def _checkpoint_step(run_dir: Path) -> int:
 
 def _resume_and_compare(cwd: Path, out: str, reference: Path, resumed_from: int) -> None:
     """Resubmit (the same command), then demand the uninterrupted run's generator and report."""
-    res = _dpsynth(cwd, _cmd(out))  # progress bar on: it shows where the run picked up
+    res = _dpsynth(cwd, _cmd(out))  # progress on: its first line says where the run picked up
     assert res.returncode == 0, res.stderr[-3000:]
-    assert f"| {resumed_from}/{STEPS} [" in res.stderr, "the resubmitted run did not start at the checkpoint"
+    first = next(ln for ln in res.stderr.splitlines() if ln.startswith(f"[train {EXP}] "))
+    assert first.startswith(f"[train {EXP}] step {resumed_from}/{STEPS} (") and first.endswith("started"), \
+        f"the resubmitted run did not start at the checkpoint: {first!r}"
     assert f"| 0/{STEPS} [" not in res.stderr, "the resubmitted run started over from step 0"
     run_dir = cwd / out / EXP
     a = torch.load(reference / "generator.pt", weights_only=True)

@@ -65,8 +65,8 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
     common = {"stage": stage, "scale": params.scale}
     run = {"seeds": params.seeds, "threads": params.threads, "privacy_noise": params.privacy_noise}
     evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"}, exclude_defaults=True)
-    if stage == "prepare_data":
-        return {**common, "dataset": name, "data": params.data.model_dump(mode="json", exclude_defaults=True)}
+    if stage == "prepare_data":  # the same files at every scale (subsets are taken by the stages that use them)
+        return {"stage": stage, "dataset": name, "data": params.data.model_dump(mode="json", exclude_defaults=True)}
     if stage == "w2_noise":
         sweep = params.w2_noise[name].model_dump(mode="json", exclude_defaults=True)
         return {**common, **run, "dataset": name, "sweep": sweep, "preset": _pick(params.preset, _W2)}

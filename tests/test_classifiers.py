@@ -206,3 +206,13 @@ def test_bad_config_raises() -> None:
         train_and_score("cnn", small, y, small, y, num_classes=4, seed=0)
     with pytest.raises(DataError, match="too few"):
         train_and_score("mlp", x[:3], y[:3], x, y, num_classes=4, seed=0)
+
+
+def test_max_batches_is_what_a_fit_runs(digits: tuple[np.ndarray, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress total: exactly the minibatches of a fit that hits its epoch cap."""
+    xtr, ytr, *_ = digits
+    calls: list[int] = []
+    clf.fit_classifier("mlp", xtr[:300], ytr[:300], num_classes=10, seed=0, max_epochs=2, patience=10,
+                       on_batch=lambda: calls.append(1))
+    assert len(calls) == clf.max_batches("mlp", 300, 2) == 2 * 3  # 270 fit images in batches of 128
+    assert clf.max_batches("logreg", 300, 2) is None

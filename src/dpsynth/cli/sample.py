@@ -14,7 +14,7 @@ from dpsynth.paths import samples_png
 
 def _sample(args: argparse.Namespace) -> int:
     params = params_from_args(args)
-    get_experiment(params, args.experiment, params_path(args))  # a typo fails here, before torch is imported
+    exp = get_experiment(params, args.experiment, params_path(args))  # a typo fails here, before torch is imported
 
     from dpsynth.data.registry import get_spec
     from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, sha256_file, write_synthetic
@@ -34,7 +34,7 @@ def _sample(args: argparse.Namespace) -> int:
     gen_hash = sha256_file(model_dir / GENERATOR_FILE)
     out_dir = Path(args.out) / args.experiment
     n, k_sets = params.preset.n_synthetic, params.preset.n_synthetic_sets
-    spec = get_spec(params.all_experiments()[args.experiment].dataset)
+    spec = get_spec(exp.dataset)
     manifold = None
     if spec.kind == "manifold2d":  # the curve from its definition (public), not the training records
         import numpy as np

@@ -35,6 +35,11 @@ Kind = Literal["logreg", "mlp", "cnn"]
 KINDS: tuple[str, ...] = ("logreg", "mlp", "cnn")
 
 
+#: The protocol's defaults (ICLR App. D.2): 10 % of the training data held out, minibatches of 128.
+HOLDOUT = 0.1
+BATCH_SIZE = 128
+
+
 @dataclass
 class FittedClassifier:
     """A trained classifier plus how its training went (everything but the test score)."""
@@ -132,8 +137,8 @@ def fit_classifier(
     seed: int,
     max_epochs: int = 100,
     patience: int = 10,
-    holdout: float = 0.1,
-    batch_size: int = 128,
+    holdout: float = HOLDOUT,
+    batch_size: int = BATCH_SIZE,
     device: str = "cpu",
     logreg_max_iter: int = 5000,
     num_threads: int | None = None,
@@ -226,12 +231,25 @@ def _evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int)
     return loss_sum / len(x), correct / len(x)
 
 
+def _n_holdout(n: int, holdout: float) -> int:
+    return int(round(holdout * n))
+
+
+def max_batches(kind: str, n: int, max_epochs: int, *, holdout: float = HOLDOUT,
+                batch_size: int = BATCH_SIZE) -> int | None:
+    """Minibatches an MLP/CNN fit on ``n`` images runs at most (early stopping may end it sooner);
+    None for logistic regression, which has no minibatches (a progress total)."""
+    if kind == "logreg":
+        return None
+    return max_epochs * -(-(n - _n_holdout(n, holdout)) // batch_size)
+
+
 def _fit_torch(
     kind: str, x: np.ndarray, y: np.ndarray, *, num_classes: int, seed: int, max_epochs: int, patience: int,
     holdout: float, batch_size: int, device: str, on_batch: Callable[[], None] | None = None,
 ) -> FittedClassifier:
     n = len(x)
-    n_hold = int(round(holdout * n))
+    n_hold = _n_holdout(n, holdout)
     if n_hold < 1 or n - n_hold < 1:
         raise DataError(f"x_train has {n} images: too few to hold out {holdout:.0%} for early stopping")
     rng = np.random.default_rng(seed)
@@ -326,8 +344,8 @@ def train_and_score(
     seed: int,
     max_epochs: int = 100,
     patience: int = 10,
-    holdout: float = 0.1,
-    batch_size: int = 128,
+    holdout: float = HOLDOUT,
+    batch_size: int = BATCH_SIZE,
     device: str = "cpu",
     logreg_max_iter: int = 5000,
     num_threads: int | None = None,

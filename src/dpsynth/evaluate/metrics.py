@@ -18,9 +18,9 @@ import numpy as np
 
 from dpsynth import __version__
 from dpsynth.data.dataset import Dataset
-from dpsynth.evaluate.classifiers import train_and_score
-from dpsynth.progress import Progress
+from dpsynth.evaluate.classifiers import max_batches, train_and_score
 from dpsynth.evaluate.sampling import load_synthetic
+from dpsynth.progress import Progress
 
 
 def mean_std(values: list[float]) -> dict[str, Any]:
@@ -44,8 +44,7 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
         for k, (x, y) in enumerate(train_sets):
             xs, ys = _subset(x, y, train_subset, seed + k)
             # an upper bound: early stopping may end it sooner (the last line then says "stopped")
-            total = None if kind == "logreg" else max_epochs * -(-round(0.9 * len(xs)) // 128)
-            with Progress(total, f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
+            with Progress(max_batches(kind, len(xs), max_epochs), f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
                           bar=False) as bar:
                 runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
                                             seed=seed + k, max_epochs=max_epochs, on_batch=bar.update))

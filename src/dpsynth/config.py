@@ -151,6 +151,18 @@ class Hyper(_Strict):
                                          "to the local mechanism (laplace -> 1, gaussian -> 2)")
     allow_mismatch: bool = Field(default=False, description="allow a cost_p that does not match the local "
                                  "mechanism (ablation only; otherwise an error)")
+    geomloss_scaling: float | None = Field(
+        default=None, gt=0, lt=1, description="entropic WGAN: geomloss's eps-scaling, as seed 003 ran its 2-D "
+        "experiments (0.99): the blur falls by this ratio per iteration, i.e. the temperature by its p-th power, "
+        "from the largest possible cost down to lambda, one update per temperature; the iteration count is that "
+        "schedule's length: sinkhorn_iters must not be given with it, and sinkhorn_scaling is not used")
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> "Hyper":
+        if self.geomloss_scaling is not None and self.sinkhorn_iters is not None:
+            raise ValueError("geomloss_scaling sets the number of Sinkhorn iterations (its schedule's length); "
+                             f"drop sinkhorn_iters ({self.sinkhorn_iters})")
+        return self
 
     @field_validator("betas")
     @classmethod
@@ -212,6 +224,9 @@ class Sweep(_Strict):
     base: Name
     grid: dict[SweepKey, list[Any]] | None = None
     cells: list[dict[SweepKey, Any]] | None = None
+    train_together: bool = Field(default=False, description="train the cells in one job with the batched sweep "
+                                 "(stacked parameters, one device; each cell keeps its own secret noise, accountant "
+                                 "and outputs): pays on a GPU, not on a CPU. DP-Sinkhorn, Adam, image sanitizer")
 
     @model_validator(mode="after")
     def _shape(self) -> "Sweep":
@@ -358,10 +373,15 @@ class W2NoiseSweep(_Strict):
     lr: float = Field(default=1e-4, gt=0, allow_inf_nan=False)
     sinkhorn_iters: int = Field(default=200, gt=0)
     n_eval: int = Field(default=1000, gt=1, description="records per side of the exact-OT W2")
+    scales: list[ScaleName] | None = Field(default=None, description="scales at which the sweep trains (None: "
+                                           "every scale); at any other scale its stage writes an empty result "
+                                           "that says so (the MNIST sweep is hours on a CPU)")
 
-    @field_validator("noise_levels", "losses")
+    @field_validator("noise_levels", "losses", "scales")
     @classmethod
-    def _nonempty_unique(cls, v: list[Any]) -> list[Any]:
+    def _nonempty_unique(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is None:
+            return v
         if not v or len(set(v)) != len(v):
             raise ValueError(f"must be a non-empty list without duplicates, got {v}")
         return v
@@ -511,6 +531,10 @@ class Params(_Strict):
                     cells[name] = (sname, exp)
             self._cells = cells
         return self._cells
+
+    def cells_of(self, sweep: str) -> list[str]:
+        """The cell names of one sweep, in its order."""
+        return [name for name, (sname, _) in self._sweep_cells().items() if sname == sweep]
 
     def all_experiments(self) -> dict[str, Experiment]:
         """Named experiments plus every sweep cell, validated like hand-written ones."""

@@ -17,8 +17,8 @@ from pathlib import Path
 from dpsynth.cli.common import add_params_arg, apply_threads, did_you_mean, params_from_args
 from dpsynth.errors import ConfigError
 
-FIELDS = ("loss", "noise_std", "seed", "w2", "w2_privatized_data", "temperature", "steps", "batch_size",
-          "n_train", "n_eval", "scale", "seconds")
+FIELDS = ("loss", "noise_std", "seed", "w2", "w2_privatized_data", "entropic_w2_privatized",
+          "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
 
 
 def _w2noise(args: argparse.Namespace) -> int:
@@ -40,6 +40,18 @@ def _w2noise(args: argparse.Namespace) -> int:
                           f"(configured: {sorted(params.w2_noise) or 'none'})")
     cfg, preset = params.w2_noise[args.dataset], params.preset
     steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
+    csv_path = Path(args.out) if args.out else w2_noise_csv(args.results, args.dataset)
+    if cfg.scales is not None and params.scale not in cfg.scales:
+        # Both DAGs still see the stage's outputs; the report reads the reason from the JSON.
+        reason = (f"not run at scale {params.scale!r} (w2_noise.{args.dataset}.scales: {cfg.scales}; "
+                  f"run it with --config scale={cfg.scales[0]} or add {params.scale!r} there)")
+        with atomic_open(csv_path) as fh:
+            pd.DataFrame([], columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
+        write_json(csv_path.with_suffix(".json"), {
+            "dataset": args.dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
+            "skipped": reason})
+        print(f"w2noise {args.dataset}: {reason} -> {csv_path} (no rows)")
+        return 0
     data = load_processed(Path(params.data.root) / "processed" / f"{args.dataset}.npz")
     t0 = time.perf_counter()
     rows: list[dict] = []
@@ -62,7 +74,6 @@ def _w2noise(args: argparse.Namespace) -> int:
                                seed=seed, n_eval=cfg.n_eval, on_row=show, on_step=bar.update):
             rows.append({**row, "n_train": len(idx), "scale": params.scale})
     bar.close()
-    csv_path = Path(args.out) if args.out else w2_noise_csv(args.results, args.dataset)
     with atomic_open(csv_path) as fh:
         pd.DataFrame(rows, columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
     write_json(csv_path.with_suffix(".json"), {

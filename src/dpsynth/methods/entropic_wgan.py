@@ -72,6 +72,7 @@ __all__ = [
     "generator_arch",
     "TorchDCT",
     "ewgan_loss",
+    "geomloss_schedule",
     "fit",
     "train",
 ]
@@ -138,6 +139,7 @@ class LossSpec:
     n_iter: int
     scaling: float | None
     dct_shape: tuple[int, ...] | None = None
+    geomloss_scaling: float | None = None  # set: ``scaling``/``n_iter`` come from geomloss's schedule per solve
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -170,7 +172,8 @@ def loss_spec_for(exp: Experiment, record_shape: tuple[int, ...]) -> LossSpec:
         raise ConfigError("local.dct needs image records (C, H, W), not points")
     n_iter = DEFAULT_SINKHORN_ITERS if h.sinkhorn_iters is None else int(h.sinkhorn_iters)
     return LossSpec(loss=h.loss, p=p, temperature=p * s**p, n_iter=n_iter,
-                    scaling=h.sinkhorn_scaling, dct_shape=dct_shape)
+                    scaling=None if h.geomloss_scaling is not None else h.sinkhorn_scaling, dct_shape=dct_shape,
+                    geomloss_scaling=h.geomloss_scaling)
 
 
 # --------------------------------------------------------------------------- DCT (differentiable)
@@ -203,25 +206,62 @@ class TorchDCT:
 # --------------------------------------------------------------------------- the three losses
 
 
+DENSE_MAX_ENTRIES = 1 << 24  # above this many cost entries (64 MiB in float32) the cost is never stored
+EXACT_MAX_ENTRIES = 25_000_000  # network simplex on 5,000 x 5,000 already takes minutes
+
+
+def geomloss_schedule(x: Tensor, y: Tensor, spec: LossSpec) -> tuple[int, float]:
+    """``(n_iter, ratio)`` reproducing geomloss's eps-scaling for our solver: geomloss starts at the
+    bounding box's diameter (here the largest cost inside the box of both clouds, exact for
+    ``||.||_p^p``), lowers the blur by ``geomloss_scaling`` per iteration (the temperature by its
+    p-th power) and stops at lambda, one update per temperature. One host sync per solve."""
+    assert spec.geomloss_scaling is not None
+    with torch.no_grad():
+        lo = torch.minimum(x.detach().amin(0), y.amin(0))
+        hi = torch.maximum(x.detach().amax(0), y.amax(0))
+        cmax = float(spec.cost(lo[None], hi[None]).reshape(()))
+    ratio = spec.geomloss_scaling ** spec.p
+    if cmax <= spec.temperature:
+        return 1, ratio
+    return int(math.ceil(math.log(cmax / spec.temperature) / math.log(1.0 / ratio))) + 1, ratio
+
+
 def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
     """Scalar loss between generated ``x`` (B, D) (differentiable) and privatized ``y`` (M, D).
 
     ``entropic`` and ``exact`` return ``<plan, C>`` with the plan computed without autograd
     (so the gradient is ``sum_ij plan_ij grad C_ij``, Algorithm 1); ``sinkhorn_divergence``
-    is the debiased S_lambda with the envelope-theorem gradient of ``dpsynth.ot``.
+    is the debiased S_lambda with the envelope-theorem gradient of ``dpsynth.ot``. Above
+    ``DENSE_MAX_ENTRIES`` cost entries (seed 003's full batches of 400,000 points) the entropic
+    losses run the blockwise solver of ``dpsynth.ot.online``: the same values and gradients,
+    memory O(block x M) instead of O(B x M).
     """
     cost = spec.cost
+    n_iter, scaling = spec.n_iter, spec.scaling
+    if spec.geomloss_scaling is not None and spec.loss != "exact":
+        n_iter, scaling = geomloss_schedule(x, y, spec)
+    big = x.shape[0] * y.shape[0] > DENSE_MAX_ENTRIES
+    if spec.loss == "exact" and x.shape[0] * y.shape[0] > EXACT_MAX_ENTRIES:
+        raise ConfigError(f"hparams.batch_size: the exact loss solves a network simplex on a {x.shape[0]} x "
+                          f"{y.shape[0]} cost matrix, beyond {EXACT_MAX_ENTRIES:,} entries (hours per step); use "
+                          "a batch of at most 5000 or an entropic loss")
+    if big and spec.loss != "exact":
+        from dpsynth.ot.online import online_entropic_loss, online_sinkhorn_divergence
+
+        fn = online_entropic_loss if spec.loss == "entropic" else online_sinkhorn_divergence
+        return fn(x, y, spec.temperature, cost=cost, n_iter=n_iter, scaling=scaling,
+                  block=max(1, DENSE_MAX_ENTRIES // max(x.shape[0], y.shape[0])))
     if spec.loss == "sinkhorn_divergence":
         # S = W(x, y) - W(x, x)/2 - W(y, y)/2; the data-data term has no generator gradient, so it
         # is dropped (saves a third of the solves; the gradient is that of S).
-        kw: dict[str, Any] = {"eps": spec.temperature, "cost": cost, "n_iter": spec.n_iter,
-                              "scaling": spec.scaling, "validate": False}
+        kw: dict[str, Any] = {"eps": spec.temperature, "cost": cost, "n_iter": n_iter,
+                              "scaling": scaling, "validate": False}
         return entropic_ot(x, y, **kw) - 0.5 * entropic_ot(x, x, **kw)
     c = cost(x, y)
     a = torch.full((x.shape[0],), 1.0 / x.shape[0], dtype=c.dtype, device=c.device)
     b = torch.full((y.shape[0],), 1.0 / y.shape[0], dtype=c.dtype, device=c.device)
     if spec.loss == "entropic":
-        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=spec.n_iter, scaling=spec.scaling)
+        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=n_iter, scaling=scaling)
         plan = transport_plan(c.detach(), a, b, f, g, spec.temperature)
     else:
         import ot  # POT: exact network-simplex solver
@@ -273,6 +313,10 @@ class EWGANTrainer:
         self.gen, self.records, self.spec = gen, records, spec
         self.device = records.device
         self.batch = min(int(hp.batch_size), records.shape[0])  # batch >= N: full batch (the 2-D setting)
+        if spec.loss == "exact" and self.batch * self.batch > EXACT_MAX_ENTRIES:
+            raise ConfigError(f"hparams.batch_size: {hp.batch_size} gives the exact loss a {self.batch} x "
+                              f"{self.batch} network simplex per step (limit {EXACT_MAX_ENTRIES:,} entries); use "
+                              "a batch of at most 5000 or an entropic loss")
         params = list(gen.parameters())
         if hp.optimizer == "adam":
             self.opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=hp.lr, betas=hp.betas,

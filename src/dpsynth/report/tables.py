@@ -281,9 +281,22 @@ def read_w2_csv(path: Path) -> pd.DataFrame:
     missing = [c for c in ("loss", "noise", "w2") if c not in df.columns]
     if missing:
         raise DataError(f"{path}: W2 sweep CSV lacks column(s) {missing} (has {list(df.columns)})")
-    if not pd.api.types.is_numeric_dtype(df["noise"]) or not pd.api.types.is_numeric_dtype(df["w2"]):
+    if len(df) and (not pd.api.types.is_numeric_dtype(df["noise"]) or not pd.api.types.is_numeric_dtype(df["w2"])):
         raise DataError(f"{path}: columns noise and w2 must be numeric")
     return df
+
+
+def w2_skipped_reason(csv_path: Path) -> str | None:
+    """Why a W2 sweep has no rows, from the JSON beside its CSV (a sweep limited to other
+    scales); None when it ran or the JSON is missing or unreadable."""
+    import json
+
+    try:
+        info = json.loads(Path(csv_path).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    reason = info.get("skipped") if isinstance(info, dict) else None
+    return str(reason) if reason else None
 
 
 def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -295,8 +308,14 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
     records: list[dict[str, str]] = []
     notes = ([f"{paper.source}: {n}" for n in paper.notes] if paper else []) + _ours(table)
     path = w2_noise_csv(store.results, table.dataset) if table.dataset else None
-    if path is not None and path.is_file():
-        df = read_w2_csv(path)
+    df = read_w2_csv(path) if path is not None and path.is_file() else None
+    if path is not None and df is not None and df.empty:
+        reason = w2_skipped_reason(path) or "the sweep wrote no rows"
+        for loss in SWEEP_LOSSES:
+            records.append({"Loss": loss, "Noise σ": NOT_RUN, "Run": path.name, "Scale": params.scale,
+                            "W2 to clean data ours": NOT_RUN, "W2 paper": paper_cell, "n": "0"})
+        notes.append(f"Ours: {path}: {reason}.")
+    elif path is not None and df is not None:
         order = {loss: i for i, loss in enumerate(SWEEP_LOSSES)}
         groups = sorted(df.groupby(["loss", "noise"]), key=lambda g: (order.get(g[0][0], 99), str(g[0][0]), g[0][1]))
         for (loss, noise), g in groups:
@@ -308,9 +327,19 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             if "w2_privatized_data" in g:
                 pd_w2 = g["w2_privatized_data"].astype(float)
                 rec["W2 of the privatized data ours"] = fmt_mean_std(pd_w2.mean(), pd_w2.std(ddof=0), 3)
+            if "entropic_w2_privatized" in g and g["entropic_w2_privatized"].notna().any():
+                ent = g["entropic_w2_privatized"].astype(float)
+                rec["Entropic W2 to held-out privatized data ours"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
+            if "entropic_w2_privatized_clean" in g and g["entropic_w2_privatized_clean"].notna().any():
+                ent = g["entropic_w2_privatized_clean"].astype(float)
+                rec["Entropic W2 of the clean data itself"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
             rec["n"] = str(len(g))
             records.append(rec)
         notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)).")
+        if "entropic_w2_privatized" in df:
+            notes.append("Ours: the entropic W2 column is Fig. 5 (right): W_{2,λ} at λ = 2σ² (seed 003 eq. 8, squared "
+                         "units) from the generator to held-out test records privatized with fresh noise; the clean "
+                         "held-out records' own value beside it is what a generator of the clean distribution gets.")
     else:
         for loss in SWEEP_LOSSES:
             records.append({"Loss": loss, "Noise σ": NOT_RUN, "Run": NOT_RUN, "Scale": NOT_RUN,

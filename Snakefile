@@ -20,6 +20,14 @@ localrules:
     report,
 
 
+# A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
+# Snakemake runs; one that trains asks the cluster for a GPU, like every training job.
+if not any(PARAMS.sweeps[s].train_together for s in PARAMS.sweep_targets):
+
+    localrules:
+        train_sweep,
+
+
 rule all:
     default_target: True
     input:

@@ -157,9 +157,9 @@ def test_repro_status_experiment_and_cache(repos):
 
 def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
     """One edit of an experiment's lr after a real run by each runner: Snakemake plans that
-    experiment's train/sample/evaluate, those of the sweep cell built on it, and the report --
-    nothing else -- re-running train for "Params have changed"; DVC's status names the same two
-    train stages (and the report) as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
+    experiment's train/sample/evaluate, those of the sweep cell built on it, its sweep's
+    train_sweep job and the report -- nothing else -- re-running train for "Params have changed";
+    DVC's status names the same three training stages (and the report) as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
     in the Snakemake copy: DVC's commit rewrites the files, newer mtimes Snakemake would see.)"""
     from tests.test_workflow_sync import dry_run_plan
 
@@ -173,9 +173,12 @@ def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
     try:
         edit_params(d, lr_edit)
         plan = dry_run_plan(d)
+        # the cell's sweep job too: it shares the base experiment's settings with every cell
+        sweep_job = ("train_sweep", "pm_fmnist_quick")
         assert {(r, w) for r, w, _ in plan} == {(r, e) for r in ("train", "sample", "evaluate")
-                                                for e in (EXP, cell)} | {("report", "")}, plan
-        assert {(r, w) for r, w, why in plan if "Params have changed" in why} == {("train", EXP), ("train", cell)}
+                                                for e in (EXP, cell)} | {("report", ""), sweep_job}, plan
+        assert {(r, w) for r, w, why in plan if "Params have changed" in why} == {
+            ("train", EXP), ("train", cell), sweep_job}
     finally:
         (d / "params.yaml").write_text(original)
     assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
@@ -186,7 +189,8 @@ def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
     edit_params(d, lr_edit)
     changed = json.loads(dvc(d, "status", "--json").strip().splitlines()[-1])
     # the two trainings, and the report (its params include `experiments`: its notes print each run's settings)
-    assert set(changed) == {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1", "report"}, changed
+    assert set(changed) == {f"train@{EXP}", "train_sweep_pm_fmnist_quick", "train_pm_fmnist_quick@1.0-1",
+                            "report"}, changed
     _back_to_baseline(d)
     assert_clean(d)
 

@@ -128,7 +128,7 @@ def _drop_dvc_sweep_groups(dest: Path, sweeps: set[str]) -> None:
         return
     d = yaml.safe_load((dest / "dvc.yaml").read_text())
     for s in sweeps:
-        for stage in ("train", "sample", "evaluate"):
+        for stage in ("train_sweep", "train", "sample", "evaluate"):
             d["stages"].pop(f"{stage}_{s}", None)
     (dest / "dvc.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 
@@ -410,8 +410,8 @@ def imported_code(module: str) -> set[str]:
 
 # DVC stage group -> the CLI module its command runs
 _STAGE_CLI = {"prepare_data": "data", "privatize": "privatize", "warmstart": "warmstart", "train": "train",
-              "sample": "sample", "evaluate": "evaluate", "evaluate_real": "evaluate", "w2_noise": "w2noise",
-              "report": "report"}
+              "train_sweep": "train", "sample": "sample", "evaluate": "evaluate", "evaluate_real": "evaluate",
+              "w2_noise": "w2noise", "report": "report"}
 
 
 def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
@@ -433,7 +433,7 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
         assert need <= covered, f"{name}: imports {sorted(need - covered)} but DVC does not depend on them"
         if rule in ("train", "warmstart", "privatize", "prepare_data", "sample"):
             assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name
-        if rule in ("train", "warmstart"):
+        if rule in ("train", "train_sweep", "warmstart"):
             assert not any(d.startswith("src/dpsynth/evaluate") for d in code), name
 
 
@@ -441,19 +441,22 @@ def _eps_sweep(values: list[float]):
     """A targeted sweep over the privacy target, with the DVC matrix groups a user would copy from
     pm_fmnist_quick's (renamed, matrix over epsilon)."""
     def patch(p: dict) -> None:
-        p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": values}}
+        p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": values}, "train_together": False}
         p["sweep_targets"] = [*p["sweep_targets"], "eps_fmnist"]
     return patch
 
 
 def _add_eps_groups(d: Path) -> None:
     dvc = yaml.safe_load((d / "dvc.yaml").read_text())
-    for stage in ("train", "sample", "evaluate"):
+    for stage in ("train_sweep", "train", "sample", "evaluate"):
         text = yaml.safe_dump(dvc["stages"][f"{stage}_pm_fmnist_quick"])
         text = text.replace("pm_fmnist_quick-p${item.p}-m${item.m}", "eps_fmnist-epsilon${item.epsilon}")
         text = text.replace("sweeps.pm_fmnist_quick", "sweeps.eps_fmnist")
+        text = text.replace("sweeps/pm_fmnist_quick", "sweeps/eps_fmnist").replace("train-sweep pm_fmnist_quick",
+                                                                                  "train-sweep eps_fmnist")
         group = yaml.safe_load(text)
-        group["matrix"] = {"epsilon": "${sweeps.eps_fmnist.grid.epsilon}"}
+        if stage != "train_sweep":
+            group["matrix"] = {"epsilon": "${sweeps.eps_fmnist.grid.epsilon}"}
         dvc["stages"][f"{stage}_eps_fmnist"] = group
     (d / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
 

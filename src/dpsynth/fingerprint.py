@@ -28,8 +28,8 @@ _EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subs
 _W2 = ("w2_noise_steps", "w2_noise_train_subset")
 _NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2}
 
-STAGES = ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate", "evaluate_real", "w2_noise",
-          "report")
+STAGES = ("prepare_data", "privatize", "warmstart", "train_sweep", "train", "sample", "evaluate", "evaluate_real",
+          "w2_noise", "report")
 
 
 def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
@@ -61,7 +61,8 @@ def _experiment(params: Params, name: str) -> dict[str, Any]:
 
 def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
     """Everything from the configuration that job ``stage``/``name`` reads (``name`` is the
-    experiment, or the dataset for ``prepare_data``, ``evaluate_real`` and ``w2_noise``)."""
+    experiment, the dataset for ``prepare_data``, ``evaluate_real`` and ``w2_noise``, the sweep
+    for ``train_sweep``)."""
     common = {"stage": stage, "scale": params.scale}
     run = {"seeds": params.seeds, "threads": params.threads, "privacy_noise": params.privacy_noise}
     evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"}, exclude_defaults=True)
@@ -75,6 +76,13 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
                 "preset": _pick(params.preset, _EVALUATE)}
     if stage == "report":
         return {**common, "params": params.model_dump(mode="json", exclude_defaults=True)}
+    if stage == "train_sweep":
+        # What the group job shares with every cell: the base experiment's training settings and
+        # the mode. The swept values are left out on purpose: a cell added later trains alone in
+        # its own job, and the cells already trained are not re-run (in both DAGs).
+        sweep = params.sweeps[name]
+        return {"stage": stage, "sweep": name, "train_together": sweep.train_together,
+                "base": stage_settings(params, "train", sweep.base)}
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
     exp = _experiment(params, name)

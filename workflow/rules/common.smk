@@ -60,14 +60,29 @@ ENV = "../envs/dpsynth.yaml"
 wildcard_constraints:
     dataset="|".join(sorted(DATASETS)),
     experiment="|".join(sorted(EXPERIMENTS)) or "^$",
+    sweep="|".join(sorted(PARAMS.sweep_targets)) or "^$",
+
+
+# sweep cell -> its targeted sweep: the cell's train job comes after the sweep's train_sweep job
+SWEEP_OF = {cell: s for s in PARAMS.sweep_targets for cell in PARAMS.cells_of(s)}
+
+
+def sweep_data(wildcards):
+    """A targeted sweep's training data (that of its base experiment)."""
+    return f"data/processed/{EXPERIMENTS[PARAMS.sweeps[wildcards.sweep].base].dataset}.npz"
 
 
 def train_data(wildcards):
-    """The training data, and for GS-WGAN the warm-started critics it starts from."""
+    """The training data, for GS-WGAN the warm-started critics it starts from, and for a sweep
+    cell its sweep's train_sweep output (with train_together the cell's finished checkpoint is
+    there by then). That job re-runs only when what every cell shares changes, not when a cell
+    is added: a new cell trains alone and the others stay done."""
     exp = EXPERIMENTS[wildcards.experiment]
     if exp.local is not None:
         return [f"data/privatized/{wildcards.experiment}.npz"]
     inputs = [f"data/processed/{exp.dataset}.npz"]
+    if wildcards.experiment in SWEEP_OF:
+        inputs.append(f"private/sweeps/{SWEEP_OF[wildcards.experiment]}")
     if exp.method == "gs_wgan":
         name = PARAMS.warmstart_name(wildcards.experiment)
         inputs.append(f"private/warmstart/{name}/critics.pt")

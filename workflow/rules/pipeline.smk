@@ -51,6 +51,33 @@ rule warmstart:
         "{params.cli} warmstart {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
 
 
+rule train_sweep:
+    # With sweeps.<sweep>.train_together: every cell trained in this one job (the batched sweep,
+    # one device), each cell's finished checkpoint left for its own train job to release. Without:
+    # a marker per cell, so the DAG has the same shape either way (and as dvc.yaml).
+    input:
+        sweep_data,
+    output:
+        directory("private/sweeps/{sweep}"),
+    log:
+        "logs/train_sweep/{sweep}.log",
+    benchmark:
+        "benchmarks/jobs/train_sweep/{sweep}.tsv"
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("train_sweep"),
+    threads: PARAMS.threads
+    resources:
+        gpu=1,
+        runtime={"smoke": 20, "quick": 360, "paper": 1440}[PARAMS.scale],
+        mem_mb=lambda wildcards, attempt: {"smoke": 2000, "quick": 6000, "paper": 16000}[PARAMS.scale] * attempt,
+    conda:
+        ENV
+    shell:
+        "{params.cli} train-sweep {wildcards.sweep} --params {params.run_params} --no-progress > {log} 2>&1"
+
+
 rule train:
     input:
         train_data,

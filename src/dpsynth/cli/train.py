@@ -91,6 +91,52 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_sweep(args: argparse.Namespace) -> int:
+    """Train a sweep's cells together (``sweeps.<name>.train_together``): every cell without a
+    finished checkpoint, one batched sweep per shape group, each cell's finished checkpoint left
+    where its own `dpsynth train` job releases it from. Writes PRIVATE/sweeps/<name>/group.json,
+    the output both DAGs order the cells' train jobs after. Without train_together it only
+    writes that file (the cells train alone), so the DAG has one shape either way.
+
+    The group checkpoints live in PRIVATE/sweep_groups/<name>/, outside the job's output folder,
+    which workflow managers empty before (re-)running a job."""
+    from dpsynth.cli.common import did_you_mean
+    from dpsynth.errors import ConfigError
+    from dpsynth.io import write_json
+
+    params = params_from_args(args)
+    apply_threads(params)
+    if args.sweep not in params.sweeps:
+        raise ConfigError(f"sweeps.{args.sweep}: no such sweep{did_you_mean(args.sweep, params.sweeps)}")
+    sweep, cells = params.sweeps[args.sweep], params.cells_of(args.sweep)
+    summaries: dict[str, dict] = {}
+    if sweep.train_together:
+        from dpsynth.methods.sweep_train import cell_done, group_by_shape, train_together
+
+        ctxs = []
+        for cell in cells:
+            ns = argparse.Namespace(**{**vars(args), "experiment": cell, "seed": None, "checkpoint_every": None,
+                                       "max_steps_this_run": None})
+            ctxs.append(build_context(ns))
+        todo = [c for c in ctxs if not cell_done(c)]
+        for c in ctxs:
+            if all(c is not t for t in todo):
+                summaries[c.name] = {"experiment": c.name, "already_trained": True}
+        for k, idx in enumerate(group_by_shape(todo) if todo else []):
+            group = [todo[i] for i in idx]
+            t0 = time.perf_counter()
+            for s in train_together(group, Path(args.private_out) / "sweep_groups" / args.sweep, f"group{k}",
+                                    forward_mode=args.forward_mode):
+                s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
+                summaries[s["experiment"]] = s
+    write_json(Path(args.private_out) / "sweeps" / args.sweep / "group.json", {
+        "sweep": args.sweep, "mode": "together" if sweep.train_together else "alone",
+        "trained_together": sorted(k for k, v in summaries.items() if "trained_together" in v)})
+    print(json.dumps({"sweep": args.sweep, "train_together": sweep.train_together, "cells": summaries or cells},
+                     indent=2, sort_keys=True, default=str))
+    return 0
+
+
 def _positive_int(text: str) -> int:
     """argparse type: a checkpoint interval of 0 or less would never checkpoint (or divide by zero);
     a slice of 0 steps would time nothing."""
@@ -119,3 +165,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop after N steps of this run, for timed slices and benchmarks: the run "
                         "checkpoints (nothing is released) and a later `dpsynth train` resumes it")
     p.set_defaults(func=_train)
+
+    s = sub.add_parser("train-sweep", help="train a sweep's cells together on one device (sweeps.<name>.train_together)")
+    s.add_argument("sweep")
+    add_params_arg(s)
+    s.add_argument("--out", default="models", help="models directory (each cell's `dpsynth train` releases there)")
+    s.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private directory: the cells' checkpoints, PRIVATE/sweeps/<sweep>/group.json")
+    s.add_argument("--device", default="auto", help=DEVICE_HELP)
+    s.add_argument("--no-progress", action="store_true", help="no progress lines")
+    s.add_argument("--forward-mode", choices=("auto", "vmap", "loop"), default="auto",
+                   help="stacked generator forward: vmap (grouped convolutions, GPU) or loop (CPU); auto picks")
+    s.set_defaults(func=_train_sweep)

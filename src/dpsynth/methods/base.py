@@ -278,10 +278,18 @@ def release_problem(ctx: TrainContext, state: dict[str, Any]) -> str | None:
     return None
 
 
+#: Marks a cell checkpoint a batched sweep wrote (``methods.sweep_train``): finished, not yet released.
+TOGETHER_KEY = "trained_together"
+
+
 def already_done(ctx: TrainContext, state: dict[str, Any] | None) -> bool:
     """True when ``state`` is a finished checkpoint whose release is intact. A finished one whose
     release is not is re-released from the checkpoint (same weights, no new training): say so."""
     if state is None or not state.get("done"):
+        return False
+    if state.get(TOGETHER_KEY) and state.get("release") is None:
+        print(f"dpsynth: {ctx.name} was trained by the batched sweep {state[TOGETHER_KEY]!r}; releasing it from "
+              f"its finished checkpoint {ctx.checkpoint_path}", file=sys.stderr)
         return False
     problem = release_problem(ctx, state)
     if problem is None:

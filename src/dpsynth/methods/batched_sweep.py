@@ -165,7 +165,10 @@ class BatchedSweep:
     """K members trained in lock-step with stacked parameters (one forward/solve/backward/Adam)."""
 
     def __init__(self, shared: SweepShared, members: Sequence[SweepMember], x_all: Tensor, y_all: Tensor,
-                 forward_mode: str = "auto") -> None:
+                 forward_mode: str = "auto", gens: Sequence[dict[str, torch.Generator]] | None = None) -> None:
+        """``gens``: each member's {"model", "data", "noise"} generators; the pipeline passes the
+        run's (secret Poisson sampling and sanitizer noise from ``NoiseSource``); None: seeded
+        from the member's seed as ``train_one`` (benchmarks and the equality tests)."""
         if not members:
             raise ConfigError("BatchedSweep needs at least one member")
         if forward_mode not in FORWARD_MODES:
@@ -173,11 +176,13 @@ class BatchedSweep:
                               f"got {forward_mode!r}")
         self.shared, self.members = shared, list(members)
         self.x_all, self.y_all, self.device = x_all.to(shared.dtype), y_all, x_all.device
+        if gens is not None and len(gens) != len(self.members):
+            raise ConfigError(f"BatchedSweep: {len(gens)} generator sets for {len(self.members)} members")
         models, self.gens = [], []
-        for mem in self.members:
-            G, _, gens = member_setup(shared, mem, self.device)
+        for i, mem in enumerate(self.members):
+            G, _, seeded = member_setup(shared, mem, self.device)
             models.append(G)
-            self.gens.append(gens)
+            self.gens.append(seeded if gens is None else gens[i])
         self.template = models[0]
         self.num_classes = getattr(self.template, "num_classes", None)
         params, buffers = stack_module_state(models)
@@ -227,6 +232,7 @@ class BatchedSweep:
             if guard is not None:
                 guard.step()
         batches = [_poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
+        self.last_real = [b[3] for b in batches]  # each member's Poisson batch size (its log's real_batch)
         size = max(b[0].shape[0] for b in batches)
         xs = torch.zeros((len(batches), size, *self.x_all.shape[1:]), dtype=sh.dtype, device=self.device)
         ys = torch.zeros((len(batches), size), dtype=self.y_all.dtype, device=self.device)

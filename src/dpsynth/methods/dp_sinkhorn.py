@@ -30,6 +30,7 @@ import torch
 from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import (
+    TOGETHER_KEY,
     Checkpointer,
     already_done,
     release_record,
@@ -221,6 +222,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     step = 0
+    together = state.get(TOGETHER_KEY) if state is not None else None  # trained by a batched sweep
     if state is not None:
         G.load_state_dict(state["generator"])
         opt.load_state_dict(state["optimizer"])
@@ -330,7 +332,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     report.write(ctx.privacy_path)
     checked_save(done=True)
     return {"experiment": ctx.name, "steps": step, "sigma": sigma, "steps_per_s_this_run": round(rate, 2),
-            "epsilon": report.epsilon, "finished": True, "fast_step": fast is not None, "cuda_graph": graph}
+            "epsilon": report.epsilon, "finished": True, "fast_step": fast is not None, "cuda_graph": graph,
+            **({TOGETHER_KEY: together} if together else {})}
 
 
 def _poisson_batch(x_all: torch.Tensor, y_all: torch.Tensor, q: float, gen: torch.Generator

@@ -35,21 +35,28 @@ def _check(x: np.ndarray, name: str) -> np.ndarray:
     return x
 
 
-def w2_distance(x: np.ndarray, y: np.ndarray, *, n: int | None = 1000, seed: int = 0) -> float:
-    """``W_2`` between the empirical measures of ``x`` and ``y`` (each subsampled to ``n`` rows
-    without replacement when larger; ``n=None`` uses everything)."""
-    import ot
-
+def _pair(x: np.ndarray, y: np.ndarray, n: int | None, seed: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Both clouds checked, of one dimension, each subsampled to ``n`` rows without replacement
+    when larger (``n=None``: everything)."""
     x, y = _check(x, "x"), _check(y, "y")
     if x.shape[1] != y.shape[1]:
-        raise DataError(f"w2: dimensions differ ({x.shape[1]} vs {y.shape[1]})")
+        raise DataError(f"{what}: dimensions differ ({x.shape[1]} vs {y.shape[1]})")
     if n is not None and n < 1:
-        raise ConfigError(f"w2: subsample size n must be >= 1 or None, got {n!r}")
+        raise ConfigError(f"{what}: subsample size n must be >= 1 or None, got {n!r}")
     rng = np.random.default_rng(seed)
     if n is not None and x.shape[0] > n:
         x = x[rng.choice(x.shape[0], n, replace=False)]
     if n is not None and y.shape[0] > n:
         y = y[rng.choice(y.shape[0], n, replace=False)]
+    return x, y
+
+
+def w2_distance(x: np.ndarray, y: np.ndarray, *, n: int | None = 1000, seed: int = 0) -> float:
+    """``W_2`` between the empirical measures of ``x`` and ``y`` (each subsampled to ``n`` rows
+    without replacement when larger; ``n=None`` uses everything)."""
+    import ot
+
+    x, y = _pair(x, y, n, seed, "w2")
     m = ot.dist(x, y, metric="sqeuclidean")
     a, b = np.full(x.shape[0], 1.0 / x.shape[0]), np.full(y.shape[0], 1.0 / y.shape[0])
     cost = float(ot.emd2(a, b, m, numItermax=max(100_000, 50 * m.size)))
@@ -70,16 +77,9 @@ def entropic_w2(x: np.ndarray, y: np.ndarray, temperature: float, *, n: int | No
 
     from dpsynth.ot.sinkhorn import entropic_ot
 
-    x, y = _check(x, "x"), _check(y, "y")
-    if x.shape[1] != y.shape[1]:
-        raise DataError(f"entropic W2: dimensions differ ({x.shape[1]} vs {y.shape[1]})")
     if not (np.isfinite(temperature) and temperature > 0):
         raise ConfigError(f"entropic W2: temperature must be a finite number > 0, got {temperature!r}")
-    rng = np.random.default_rng(seed)
-    if n is not None and x.shape[0] > n:
-        x = x[rng.choice(x.shape[0], n, replace=False)]
-    if n is not None and y.shape[0] > n:
-        y = y[rng.choice(y.shape[0], n, replace=False)]
+    x, y = _pair(x, y, n, seed, "entropic W2")
     with torch.no_grad():
         value = entropic_ot(torch.from_numpy(x).float(), torch.from_numpy(y).float(), eps=float(temperature),
                             n_iter=400, scaling=0.5)

@@ -163,14 +163,14 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
         sweep.guards = [None if s is None else BudgetGuard.from_state_dict(s) for s in state["guards"]]
         step = sweep.steps = int(state["step"])
     logs = [TrainLog(c.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
-                     rows=state["log_rows"][i] if state is not None else None) for i, c in enumerate(ctxs)]
+                     rows=state["member_log_rows"][i] if state is not None else None) for i, c in enumerate(ctxs)]
 
     def save() -> None:
         sweep.check()
         ckpt.save({"step": step, "params": sweep.params, "buffers": sweep.buffers,
                    "optimizer": sweep.opt.state_dict(), "rng": [rng_state(g) for g in sweep.gens],
                    "guards": [None if g is None else g.state_dict() for g in sweep.guards],
-                   "log_rows": [log.snapshot() for log in logs]})
+                   "member_log_rows": [log.snapshot() for log in logs]})  # ("log_rows" is the Checkpointer's)
 
     lead = ctxs[0]
     stop_at = total if lead.max_steps_this_run is None else min(total, step + lead.max_steps_this_run)

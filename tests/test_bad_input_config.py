@@ -140,8 +140,7 @@ def test_sweep_cells_with_equal_values_are_refused(tmp_path):
         parse_params(_with_sweep({"cells": cells}))
     msg = str(info.value)
     assert "sweeps.pm_fmnist_quick.cells: cells 0 {'p': 0.2, 'm': 1} and 2 {'p': 0.2, 'm': 1.0} are equal" in msg
-    p, _ = shipped_with(tmp_path, "grid: {p: [0.2, 0.5], m: [1]}\n  # NeurIPS Table 5",
-                        "grid: {p: [0.2, 0.5], m: [1, 1.0]}\n  # NeurIPS Table 5")
+    p, _ = shipped_with(tmp_path, "grid: {p: [0.2, 0.5], m: [1]}\n", "grid: {p: [0.2, 0.5], m: [1, 1.0]}\n")
     res = run_cli("config", "check", str(p))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "sweeps.pm_mnist_quick.grid.m: values 1 and 1.0" in res.stderr

@@ -191,3 +191,26 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
             assert torch.equal(got["generator"][k], v), (c.name, k)
         assert got["guard"] == ref["guard"]
         assert [r["step"] for r in got["log_rows"]] == [r["step"] for r in ref["log_rows"]]
+
+
+def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
+    """A seed sweep under a train_subset trains each seed on another subset: such cells form one
+    group each (a shared batched sweep would train both on the first cell's records)."""
+    import argparse
+
+    from dpsynth.cli.train import build_context
+    from dpsynth.methods.sweep_train import group_by_shape
+
+    p = digits28_smoke_params("dps_d28", 3)
+    p["scales"]["smoke"]["train_subset"] = 500
+    p["sweeps"]["sw"] = {"base": "dps_d28", "grid": {"seed": [0, 1], "m": [0, 1]}, "train_together": True}
+    p["sweep_targets"] = ["sw"]
+    p["data"]["root"] = str(tmp_path / "data")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(p))
+    assert run_cli("data", "prepare", "digits28", "--params", str(params)).returncode == 0
+    cells = ["sw-m0-seed0", "sw-m0-seed1", "sw-m1-seed0", "sw-m1-seed1"]
+    ctxs = [build_context(argparse.Namespace(
+        experiment=c, params=str(params), scale=None, seed=None, out=str(tmp_path / "m"), private_out=str(tmp_path / "p"),
+        device="cpu", no_progress=True, checkpoint_every=None, max_steps_this_run=None)) for c in cells]
+    assert group_by_shape(ctxs) == [[0, 2], [1, 3]]  # the m values share; the seeds do not

@@ -83,7 +83,9 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
               "scaling": h.sinkhorn_scaling, "lr": h.lr, "betas": tuple(h.betas), "weight_decay": h.weight_decay,
               "delta": plan["delta"] if sigma is not None else 1e-5,
               "target_epsilon": plan["epsilon"] if sigma is not None else None, "steps": steps,
-              "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device)}
+              "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device),
+              # the records themselves (a seed sweep under a train_subset trains on other subsets)
+              "records": hashlib.sha256(np.ascontiguousarray(ctx.data.x_train).tobytes()).hexdigest()}
     return shared, SweepMember(seed=ctx.seed, m=h.m, sigma=sigma, clip=h.clip, name=ctx.name)
 
 

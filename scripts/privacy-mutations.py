@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Mutation check of the privacy wiring tests (issue #15): apply each mutation to the source, run
 tests/test_privacy_wiring.py (and the secret-noise test), report which test caught it, restore the source.
-DP-Sinkhorn trains with methods/fast_step.py (its sanitizer state _SanState), so its mutations target that
-file; WholeBatchSanitizer (the adversarial variant's step) is held by tests/test_privacy_sanitizers.py.
+Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the adversarial variant) trains with
+privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
+target that file.
 Usage: .venv/bin/python scripts/privacy-mutations.py [INDEX ...]"""
 import subprocess, sys, pathlib
 R = pathlib.Path(__file__).resolve().parents[1]
@@ -13,12 +14,12 @@ M = [
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q / 2)"),
  ("q x2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma if private and h.sanitizer == \"image\" else None, q=2 * q)"),
- ("clip x2 (the training step's whole-batch sanitizer)", "src/dpsynth/methods/fast_step.py",
-  "scale = torch.where(norm > self.clip, self.clip * margin", "scale = torch.where(norm > 2 * self.clip, 2 * self.clip * margin"),
- ("clip skipped (the training step's whole-batch sanitizer)", "src/dpsynth/methods/fast_step.py",
-  "priv = (priv64 * scale[:, None]).to(grad.dtype)", "priv = priv64.to(grad.dtype)"),
- ("noise left off the n private images", "src/dpsynth/methods/fast_step.py",
-  "parts = [priv + noise]", "parts = [priv]"),
+ ("clip x2 (the whole-batch sanitizer every DP-Sinkhorn path trains with)", "src/dpsynth/privacy/sanitizers.py",
+  "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)", "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), 2 * self.clip)"),
+ ("clip skipped (the whole-batch sanitizer)", "src/dpsynth/privacy/sanitizers.py",
+  "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)", "priv, priv_norm = flat[:, :n].reshape(t, -1), torch.linalg.vector_norm(flat[:, :n].reshape(t, -1).double(), dim=1)"),
+ ("noise left off the n private images", "src/dpsynth/privacy/sanitizers.py",
+  "released = priv + noise\n        parts = [released]", "released = priv\n        parts = [released]"),
  ("noise on the wrong tensor (before the clip, param ablation)", "src/dpsynth/privacy/sanitizers.py",
   "        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)\n        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)\n        released = clipped + noise",
   "        noise = _noise(grads.reshape(grads.shape[0], -1).shape, self.noise_std, self.generator, grads)\n        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1) + noise, self.clip)\n        released = clipped"),

@@ -14,7 +14,8 @@ from dpsynth.data.dataset import Dataset
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data import load_processed
 from dpsynth.errors import DataError, PrivacyError
-from dpsynth.methods.fast_step import FastStep, _SanState
+from dpsynth.methods.fast_step import FastStep
+from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 from dpsynth.methods import dp_sinkhorn
 from dpsynth.privacy.randomness import NoiseSource
 from dpsynth.methods.base import TrainContext, load_generator
@@ -222,19 +223,19 @@ def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):
                    steps=30, batch_size=1, lr=1e-3)
     ks: list[int] = []
     releases = {"n": 0}
-    real_batch, real_release = dp_sinkhorn._poisson_batch, _SanState.release
+    real_batch, real_release = dp_sinkhorn._poisson_batch, WholeBatchSanitizer.release_batch
 
     def spy(*a, **k):
         out = real_batch(*a, **k)
         ks.append(out[3])
         return out
 
-    def release(state, grad):
+    def release(san, grads):
         releases["n"] += 1
-        return real_release(state, grad)
+        return real_release(san, grads)
 
     monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", spy)
-    monkeypatch.setattr(_SanState, "release", release)
+    monkeypatch.setattr(WholeBatchSanitizer, "release_batch", release)
     dp_sinkhorn.train(ctx)
     assert len(ks) == 30 and ks.count(0) >= 5 and max(ks) >= 1
     assert releases["n"] == 30  # every step, empty or not, released a noised gradient

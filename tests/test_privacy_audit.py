@@ -13,7 +13,7 @@ import pytest
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy import audit
 
-AUDITS = [audit.audit_whole_batch, audit.audit_per_sample, audit.audit_param_grad]
+AUDITS = list(audit.AUDITS.values())
 
 
 @pytest.mark.parametrize("run", AUDITS, ids=lambda f: f.__name__)
@@ -40,3 +40,28 @@ def test_exact_one_step_claim_is_below_rdp_one_step() -> None:
 def test_clopper_pearson_upper() -> None:
     assert audit.clopper_pearson_upper(0, 100, 0.05) == pytest.approx(1 - 0.05 ** (1 / 100))
     assert audit.clopper_pearson_upper(100, 100, 0.05) == 1.0
+
+
+def test_every_training_barrier_is_an_audited_sanitizer() -> None:
+    """The sanitizer objects the training paths build (the fast step, the batched sweep) are
+    instances of exactly the classes audited above -- not a private copy of their math."""
+    import torch
+
+    from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared
+    from dpsynth.methods.fast_step import FastStep, StepSpec
+    from dpsynth.nets import build_generator
+
+    arch = {"name": "mlp", "kwargs": {"latent_dim": 2, "output_dim": 2, "hidden": [8]}}
+    x, y = torch.randn(40, 2), torch.zeros(40, dtype=torch.int64)
+    G = build_generator(arch["name"], **arch["kwargs"])
+    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"))}
+    spec = StepSpec(n=4, n_extra=1, num_classes=None, alpha_c=1.0, eps=0.1, n_iter=3, scaling=None, m=0.0,
+                    clip=0.5, sigma=1.0, q=0.1)
+    fast = FastStep(G, torch.optim.Adam(G.parameters()), x, y, spec, gens)
+    fast()
+    sweep = BatchedSweep(SweepShared(arch=arch, n=4, n_extra=1, q=0.1, n_iter=3, scaling=None),
+                         [SweepMember(seed=0, sigma=1.0), SweepMember(seed=1, sigma=None)], x, y)
+    sweep.step()
+    barriers = [fast.sanitizer, *(s for s in sweep.sanitizers if s is not None)]
+    assert barriers and all(type(b) in audit.AUDITS for b in barriers)
+    assert all(b.releases == 1 for b in barriers)  # and each of them released this step's gradient

@@ -88,11 +88,12 @@ class _Recorder:
         self.clean: list[torch.Tensor] = []
         self.released: list[torch.Tensor] = []
         self.batch_sizes: list[int] = []
-        real_release, real_poisson = fast_step._SanState.release, dp_sinkhorn._poisson_batch
+        real_release, real_poisson = sanitizers.WholeBatchSanitizer.release_batch, dp_sinkhorn._poisson_batch
 
-        def release(state: Any, grad: torch.Tensor) -> torch.Tensor:
-            self.clean.append(grad.detach().double().clone())  # what the loss sends to the barrier
-            return real_release(state, grad)
+        def release(san: Any, grads: torch.Tensor) -> torch.Tensor:
+            assert grads.shape[0] == 1  # one trial per training step
+            self.clean.append(grads[0].detach().double().clone())  # what the loss sends to the barrier
+            return real_release(san, grads)
 
         def poisson(*a: Any, **k: Any) -> Any:
             res = real_poisson(*a, **k)
@@ -100,7 +101,7 @@ class _Recorder:
             return res
 
         monkeypatch.setattr(fast_step, "fast_forward", _spy_forward(self.released))
-        monkeypatch.setattr(fast_step._SanState, "release", release)
+        monkeypatch.setattr(sanitizers.WholeBatchSanitizer, "release_batch", release)
         monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", poisson)
 
 

@@ -46,10 +46,11 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from dpsynth.errors import ConfigError
-from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, _SanState, fast_forward, pair_loss
+from dpsynth.errors import ConfigError, PrivacyError
+from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, fast_forward, pair_loss
 from dpsynth.nets import build_generator
 from dpsynth.privacy.report import BudgetGuard
+from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
 __all__ = ["SweepShared", "SweepMember", "BatchedSweep", "member_setup", "train_one", "group_members"]
 
@@ -133,20 +134,6 @@ def train_one(shared: SweepShared, mem: SweepMember, x_all: Tensor, y_all: Tenso
     return G
 
 
-class _MultiBarrier(torch.autograd.Function):
-    """Identity forward; backward releases member k's slice through member k's sanitizer."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, states: list[_SanState | None]) -> Tensor:  # type: ignore[override]
-        ctx.states = states
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        out = [g if s is None else s.release(g) for g, s in zip(grad.unbind(0), ctx.states)]
-        return torch.stack(out), None
-
-
 class _FastForward(nn.Module):
     """``fast_forward(G, ...)`` as a module, so ``functional_call`` can run it on given weights."""
 
@@ -194,8 +181,10 @@ class BatchedSweep:
         self._loop_module = _FastForward(copy.deepcopy(self.template))
         self.forward_mode = forward_mode if forward_mode != "auto" else (
             "vmap" if self.device.type == "cuda" else "loop")
-        self.states: list[_SanState | None] = [
-            None if mem.sigma is None else _SanState(mem.clip, mem.sigma, shared.n, g["noise"], self.device)
+        # Each member's own WholeBatchSanitizer (the audited one), noising from ITS noise generator.
+        self.sanitizers: list[WholeBatchSanitizer | None] = [
+            None if mem.sigma is None else WholeBatchSanitizer(mem.clip, mem.sigma, shared.n, g["noise"],
+                                                               defer_check=True)
             for mem, g in zip(self.members, self.gens)]
         self.guards = [_guard(shared, mem) for mem in self.members]
         self.m = torch.tensor([mem.m for mem in self.members], dtype=shared.dtype, device=self.device)
@@ -246,7 +235,9 @@ class BatchedSweep:
             labels = torch.stack([self.template.sample_labels(total, g["model"]) for g in self.gens])
         # The trainer draws the latents then the labels from one generator per step; so do we.
         imgs = self._forward(z, labels)
-        imgs = _MultiBarrier.apply(imgs, self.states)
+        # Member k's slice of the stacked images passes through member k's sanitizer only.
+        imgs = torch.stack([im if san is None else san.attach(im)
+                            for im, san in zip(imgs.unbind(0), self.sanitizers)])
         nc = self.num_classes
         xg = torch.stack([_embed(imgs[i], None if labels is None else labels[i], nc, sh.alpha_c)
                           for i in range(len(self.members))])
@@ -263,11 +254,12 @@ class BatchedSweep:
         return losses.detach()
 
     def check(self) -> None:
-        from dpsynth.errors import PrivacyError
-
-        for mem, st in zip(self.members, self.states):
-            if st is not None and bool(st.bad):
-                raise PrivacyError(f"sweep member {mem.name or mem.seed}: non-finite image gradient; refusing")
+        for mem, san in zip(self.members, self.sanitizers):
+            try:
+                if san is not None:
+                    san.check()
+            except PrivacyError as exc:
+                raise PrivacyError(f"sweep member {mem.name or mem.seed}: {exc}") from None
 
     def generator(self, i: int) -> nn.Module:
         """Member ``i``'s generator as a plain module (trained weights and BN statistics)."""

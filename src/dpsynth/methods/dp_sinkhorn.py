@@ -265,7 +265,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         return _step(G, opt, x_all, y_all, n, n_extra, q, num_classes, h, cost, n_iter, gens, san_img, san_par, adv)
 
     def sanitizer_stats() -> tuple[float, float]:
-        if fast is not None and fast.state is not None:  # the fast step's image sanitizer
+        if fast is not None and fast.sanitizer is not None:  # the fast step's image sanitizer
             st = fast.stats()
             return st["clean_norm"], st["noise_norm"]
         last = san_par.last if san_par is not None else san_img.last if san_img is not None else None

@@ -13,11 +13,10 @@ generator's convolutions. What this module changes, and why each change keeps th
   ``ConvTranspose2d(k3, s1, p1)`` -- which PyTorch runs on a slow col2im path on CPU -- by
   the equivalent ``Conv2d`` with transposed, flipped weights. Both use the generator's own
   parameters, so its state dict and optimizer are untouched.
-* **A sync-free sanitizer**: the same whole-batch clip (float64 norm, safety margin) and
-  ``N(0, (2 C sigma)^2)`` noise drawn from the same generator in the same shape as
-  :class:`~dpsynth.privacy.sanitizers.WholeBatchSanitizer`, but its finiteness check and
-  norms stay on the device; :meth:`FastStep.check` reads them (one sync) and refuses with
-  PrivacyError. On CPU the check runs inside every step, before the optimizer moves.
+* **The sanitizer** is :class:`~dpsynth.privacy.sanitizers.WholeBatchSanitizer` -- the one
+  the audit checks -- with its check deferred: its release never syncs with the host, and
+  :meth:`FastStep.check` reads its flag (one sync) and refuses with PrivacyError. On CPU the
+  check runs inside every step, before the optimizer moves.
 * **On CUDA** (untested on hardware here: no GPU in the development environment) the real
   batch has a fixed capacity, filled without host syncs (cumsum + scatter), and the whole
   step -- forward, loss, sanitizer, backward, Adam(capturable) -- is captured in one CUDA
@@ -42,7 +41,7 @@ from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.ot.costs import l1_distances, squared_distances
 from dpsynth.ot.sinkhorn import check_solver_args
-from dpsynth.privacy.sanitizers import _SAFETY
+from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
 __all__ = [
     "StepSpec",
@@ -207,68 +206,6 @@ def pair_loss(x: Tensor, x_second: Tensor, y: Tensor, w: Tensor, *, eps: float |
     return 2.0 * nonempty[..., 0] * ot[..., 1] - ot[..., 0]
 
 
-# --------------------------------------------------------------------------- sanitizer
-
-
-class _SanState:
-    """Device-side record of the releases (no host sync until :meth:`FastStep.check`)."""
-
-    def __init__(self, clip: float, sigma: float, n_private: int, gen: torch.Generator, device: torch.device,
-                 noise_buffer: Tensor | None = None) -> None:
-        self.clip, self.sigma, self.n = float(clip), float(sigma), int(n_private)
-        self.gen = gen
-        self.noise_buffer = noise_buffer  # CUDA graph: float64 noise pre-drawn into this buffer
-        self.bad = torch.zeros((), dtype=torch.bool, device=device)
-        self.clean_norm = torch.zeros((), dtype=torch.float64, device=device)
-        self.noise_norm = torch.zeros((), dtype=torch.float64, device=device)
-        self.releases = 0
-
-    @property
-    def noise_std(self) -> float:
-        return 2.0 * self.clip * self.sigma
-
-    def release(self, grad: Tensor) -> Tensor:
-        """WholeBatchSanitizer.release_batch for one trial, without host syncs."""
-        n = self.n
-        flat = grad.reshape(grad.shape[0], -1)
-        margin = 1.0 - _SAFETY * torch.finfo(grad.dtype).eps
-        priv64 = flat[:n].reshape(1, -1).to(torch.float64)
-        norm = torch.linalg.vector_norm(priv64, dim=1)
-        scale = torch.where(norm > self.clip, self.clip * margin / norm.clamp_min(1e-300), torch.ones_like(norm))
-        priv = (priv64 * scale[:, None]).to(grad.dtype)
-        if self.noise_buffer is None:
-            z = torch.randn(priv.shape, generator=self.gen, device=self.gen.device, dtype=torch.float64)
-        else:
-            z = self.noise_buffer
-        noise = (z * self.noise_std).to(device=priv.device, dtype=priv.dtype)
-        parts = [priv + noise]
-        if flat.shape[0] > n:
-            ex64 = flat[n:].reshape(1, -1).to(torch.float64)
-            en = torch.linalg.vector_norm(ex64, dim=1)
-            es = torch.where(en > self.clip, self.clip * margin / en.clamp_min(1e-300), torch.ones_like(en))
-            parts.append((ex64 * es[:, None]).to(grad.dtype))
-        out = torch.cat(parts, dim=1).reshape(grad.shape)
-        bad = ~torch.isfinite(grad).all() | ~torch.isfinite(out).all()
-        # In place: a captured graph must update these very tensors on every replay.
-        self.bad.logical_or_(bad)
-        self.clean_norm.copy_(norm[0])
-        self.noise_norm.copy_(torch.linalg.vector_norm(noise.double()))
-        self.releases += 1
-        # Never let a non-finite value into the optimizer; check() refuses the run anyway.
-        return torch.where(bad, torch.zeros_like(out), out)
-
-
-class _Barrier(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, state: _SanState) -> Tensor:  # type: ignore[override]
-        ctx.state = state
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return ctx.state.release(grad), None
-
-
 # --------------------------------------------------------------------------- Poisson batches
 
 
@@ -340,13 +277,14 @@ class FastStep:
         self.capacity = capacity or poisson_capacity(x_all.shape[0], spec.q)
         self.conditional = getattr(G, "num_classes", None) is not None
         self.overflow = torch.zeros((), dtype=torch.bool, device=self.device)
-        self.state: _SanState | None = None
+        self.sanitizer: WholeBatchSanitizer | None = None
         if spec.sigma is not None:
             buf = None
             if self.cuda_graph:
                 n_priv = spec.n * math.prod(getattr(G, "output_shape", ()))
                 buf = torch.zeros((1, n_priv), dtype=torch.float64, device=self.device)
-            self.state = _SanState(spec.clip, spec.sigma, spec.n, gens["noise"], self.device, buf)
+            self.sanitizer = WholeBatchSanitizer(spec.clip, spec.sigma, spec.n, gens["noise"], defer_check=True,
+                                                 noise_buffer=buf)
         self._graph: Any = None
 
     # -- pieces shared by the eager and captured paths
@@ -359,8 +297,8 @@ class FastStep:
     def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
         s = self.spec
         imgs = fast_forward(self.G, z, labels)
-        if self.state is not None:
-            imgs = _Barrier.apply(imgs, self.state)
+        if self.sanitizer is not None:
+            imgs = self.sanitizer.attach(imgs)
         xg = _embed(imgs, labels, s.num_classes if self.conditional else None, s.alpha_c)
         yr = _embed(xs, ys if self.conditional else None, s.num_classes if self.conditional else None, s.alpha_c)
         loss = pair_loss(xg[: s.n], xg[s.n_extra: s.n + s.n_extra], yr, w, eps=s.eps, n_iter=s.n_iter,
@@ -415,8 +353,8 @@ class FastStep:
                     for v in st_.values():
                         if isinstance(v, Tensor):
                             v.zero_()
-        if self.state is not None:
-            self.state.bad.zero_()
+        if self.sanitizer is not None:
+            self.sanitizer.reset_check()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._loss_out = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
@@ -444,10 +382,8 @@ class FastStep:
         st["z"].copy_(z)
         if labels is not None:
             st["labels"].copy_(labels)
-        if self.state is not None:
-            assert self.state.noise_buffer is not None
-            torch.randn(self.state.noise_buffer.shape, generator=self.gens["noise"], dtype=torch.float64,
-                        device=self.device, out=self.state.noise_buffer)
+        if self.sanitizer is not None:
+            self.sanitizer.draw_noise_()
         self._graph.replay()
         return self._loss_out, st["k"]
 
@@ -456,15 +392,15 @@ class FastStep:
 
     def check(self) -> None:
         """Refuse (PrivacyError) if any release saw a non-finite gradient or a batch overflowed."""
-        if self.state is not None and bool(self.state.bad):
-            raise PrivacyError("refusing to release a non-finite (NaN/Inf) image gradient; the step's "
-                               "gradient was zeroed and training must stop")
+        if self.sanitizer is not None:
+            self.sanitizer.check()
         if bool(self.overflow):
             raise PrivacyError(f"a Poisson batch exceeded the fixed capacity {self.capacity}; "
                                "the step did not use the whole sample")
 
     def stats(self) -> dict[str, float]:
         """Last release's norms (one host sync: call at log time only)."""
-        if self.state is None:
+        last = self.sanitizer.last if self.sanitizer is not None else None
+        if last is None:
             return {"clean_norm": float("nan"), "noise_norm": 0.0}
-        return {"clean_norm": float(self.state.clean_norm), "noise_norm": float(self.state.noise_norm)}
+        return {"clean_norm": last.clean_norm, "noise_norm": last.noise_norm}

@@ -186,11 +186,12 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
                     sweep.check()
                     rate = (step - start) / max(time.perf_counter() - t0, 1e-9)
                     for i, log in enumerate(logs):
-                        guard, st = sweep.guards[i], sweep.states[i]
+                        guard = sweep.guards[i]
+                        last = sweep.sanitizers[i].last if sweep.sanitizers[i] is not None else None
                         log.write(step, loss=float(losses[i]), real_batch=int(sweep.last_real[i]),
                                   epsilon=guard.epsilon_spent() if guard is not None else math.inf,
-                                  steps_per_s=rate, clean_norm=float(st.clean_norm) if st else float("nan"),
-                                  noise_norm=float(st.noise_norm) if st else 0.0)
+                                  steps_per_s=rate, clean_norm=last.clean_norm if last else float("nan"),
+                                  noise_norm=last.noise_norm if last else 0.0)
                     if lead.progress:
                         print(f"train-sweep {group}: step {step}/{total} ({rate:.2f} steps/s)", flush=True)
                 for log in logs[1:]:  # checkpoint_if_due flushes the lead's log itself

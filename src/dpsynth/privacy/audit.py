@@ -129,7 +129,8 @@ def audit_whole_batch(
     claimed_sigma: float | None = None,
 ) -> AuditResult:
     """DP-Sinkhorn barrier: clipped whole-batch gradients at opposite ends, claimed mu = 1/sigma."""
-    san = WholeBatchSanitizer(clip, sigma, n_private, torch.Generator().manual_seed(seed + 1))
+    # Built as every DP-Sinkhorn training path builds it (check deferred to the step): the very object.
+    san = WholeBatchSanitizer(clip, sigma, n_private, torch.Generator().manual_seed(seed + 1), defer_check=True)
     g0, g1 = _opposite_pair((n_private + n_extra, dim), seed)
     g1[n_private:] = g0[n_private:]  # the extra images never meet real data: same on both
     mu = 1.0 / (claimed_sigma or sigma)
@@ -160,3 +161,12 @@ def audit_param_grad(
     g0, g1 = _opposite_pair((n_params,), seed)
     mu = 1.0 / (claimed_sigma or sigma)
     return audit_release("param_grad", san.release_batch, g0, g1, mu, trials=trials, delta=delta, confidence=confidence)
+
+
+#: The audit of each sanitizer class; a training path may only build a class listed here
+#: (tests/test_privacy_audit.py checks every path's barrier against this table).
+AUDITS: dict[type, Callable[..., AuditResult]] = {
+    WholeBatchSanitizer: audit_whole_batch,
+    PerSampleSanitizer: audit_per_sample,
+    ParamGradSanitizer: audit_param_grad,
+}

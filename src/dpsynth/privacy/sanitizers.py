@@ -11,9 +11,11 @@ Three building blocks, one per privacy barrier of the methods:
   (one global norm over all parameters) clipped to ``C`` plus ``2 C sigma`` noise.
 
 The math lives in ``release_batch`` which takes a leading *trials* axis, so the
-Monte-Carlo audit runs the very same code vectorised; the autograd paths call it with
-one trial. Every release refuses NaN/Inf (PrivacyError), fires at most once per
-forward, records norms for logging, and draws noise from an explicit torch.Generator.
+Monte-Carlo audit (``privacy/audit.py``) runs the very same code vectorised; the autograd
+paths call it with one trial. Every release refuses NaN/Inf (PrivacyError; the whole-batch
+one without a host sync, see its docstring), fires at most once per forward, records norms
+for logging, and draws noise from an explicit torch.Generator. No training path clips or
+noises anywhere else: a new method's barrier is a class here, and gets an audit there.
 """
 
 from __future__ import annotations
@@ -137,13 +139,30 @@ class WholeBatchSanitizer(_ImageSanitizer):
 
     ``n_private`` is the number of leading images that meet real data; the rest (the
     semi-debiased loss's n' extra images) are clipped as one tensor to C, not noised.
+
+    This is the sanitizer every DP-Sinkhorn path trains with (the fast step, its CUDA graph,
+    the batched sweep, the adversarial variant) and the one ``privacy/audit.py`` audits.
+    Its release never reads a tensor on the host, so it can run inside a captured CUDA graph:
+    a non-finite gradient sets a device-side flag and the release is zeroed (nothing reaches
+    the optimizer); :meth:`check` reads the flag and refuses with PrivacyError. Through
+    :meth:`attach` the check runs at once after each release unless ``defer_check`` is set,
+    in which case the step must call :meth:`check` before it checkpoints or releases anything.
+
+    ``noise_buffer`` (CUDA graphs): the noise is drawn into this fixed float64 buffer by
+    :meth:`draw_noise_` outside the graph, from the same generator in the same shape, and the
+    release reads it instead of drawing.
     """
 
-    def __init__(self, clip: float, sigma: float, n_private: int, generator: torch.Generator) -> None:
+    def __init__(self, clip: float, sigma: float, n_private: int, generator: torch.Generator, *,
+                 defer_check: bool = False, noise_buffer: torch.Tensor | None = None) -> None:
         super().__init__(clip, sigma, generator)
         if isinstance(n_private, bool) or not isinstance(n_private, int) or n_private < 1:
             raise PrivacyError(f"n_private must be a positive integer, got {n_private!r}")
         self.n_private = n_private
+        self.defer_check = defer_check
+        self.noise_buffer = noise_buffer
+        self._bad: torch.Tensor | None = None  # device flag: some release saw a non-finite value
+        self._last: dict[str, torch.Tensor] | None = None  # last trial's tensors (stats on demand)
 
     @property
     def noise_std(self) -> float:
@@ -153,30 +172,78 @@ class WholeBatchSanitizer(_ImageSanitizer):
         if images.dim() < 1 or images.shape[0] < self.n_private:
             raise PrivacyError(f"expected at least n_private={self.n_private} images, got shape {tuple(images.shape)}")
 
+    def draw_noise_(self) -> None:
+        """Fill ``noise_buffer`` with the next standard-normal draw (outside a CUDA graph)."""
+        if self.noise_buffer is None:
+            raise PrivacyError("draw_noise_() needs a noise_buffer")
+        torch.randn(self.noise_buffer.shape, generator=self.generator, dtype=torch.float64,
+                    device=self.noise_buffer.device, out=self.noise_buffer)
+
     def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
-        """Sanitize ``grads`` of shape (trials, n + n', ...); each trial is independent."""
-        _require_finite(grads, "image gradient")
+        """Sanitize ``grads`` of shape (trials, n + n', ...); each trial is independent. No host sync."""
         t, n = grads.shape[0], self.n_private
         flat = grads.reshape(t, grads.shape[1], -1)
         priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)
-        noise = _noise(priv.shape, self.noise_std, self.generator, priv)
+        if self.noise_buffer is None:
+            noise = _noise(priv.shape, self.noise_std, self.generator, priv)
+        elif self.noise_buffer.shape != priv.shape:  # shapes are host metadata: no sync
+            raise PrivacyError(f"noise_buffer has shape {tuple(self.noise_buffer.shape)}, the release needs "
+                               f"{tuple(priv.shape)}")
+        else:
+            noise = (self.noise_buffer * self.noise_std).to(device=priv.device, dtype=priv.dtype)
         released = priv + noise
-        extra_norm = torch.zeros(t, dtype=torch.float64)
         parts = [released]
+        extra_norm = None
         if flat.shape[1] > n:
             extra, extra_norm = clip_rows(flat[:, n:].reshape(t, -1), self.clip)
             parts.append(extra)
         out = torch.cat(parts, dim=1).reshape(grads.shape)
-        _require_finite(out, "sanitized image gradient")
-        self.last = ReleaseStats(
-            clean_norm=float(priv_norm[-1]),
-            clipped_norm=float(torch.linalg.vector_norm(priv[-1].double())),
-            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
-            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
-            clipped=bool(priv_norm[-1] > self.clip),
-            extra_clean_norm=float(extra_norm[-1]),
-        )
+        bad = ~torch.isfinite(grads).all() | ~torch.isfinite(out).all()
+        if self._bad is None or self._bad.device != bad.device:
+            self._bad = torch.zeros((), dtype=torch.bool, device=bad.device)
+        self._bad.logical_or_(bad)  # in place: a captured graph updates this very tensor on replay
+        self._last = {"clean": priv_norm[-1], "priv": priv[-1], "noise": noise[-1], "released": released[-1],
+                      "extra": extra_norm[-1] if extra_norm is not None else None}
+        # Never let a non-finite value towards the optimizer; check() refuses the run anyway.
+        return torch.where(bad, torch.zeros_like(out), out)
+
+    def _on_backward(self, grad: torch.Tensor, token: int) -> torch.Tensor:
+        out = super()._on_backward(grad, token)
+        if not self.defer_check:
+            self.check()
         return out
+
+    def check(self) -> None:
+        """Refuse (PrivacyError) if any release so far saw a non-finite value (one host sync)."""
+        if self._bad is not None and bool(self._bad):
+            raise PrivacyError("refusing to release a non-finite (NaN/Inf) image gradient; the release was "
+                               "zeroed and nothing reached the generator; training must stop")
+
+    def reset_check(self) -> None:
+        """Clear the non-finite flag (a CUDA graph's warm-up runs before the real steps)."""
+        if self._bad is not None:
+            self._bad.zero_()
+
+    @property
+    def last(self) -> ReleaseStats | None:  # type: ignore[override]
+        """Norms of the last release (host syncs: read at log time only)."""
+        if self._last is None:
+            return None
+        d = self._last
+        clean = float(d["clean"])
+        return ReleaseStats(
+            clean_norm=clean,
+            clipped_norm=float(torch.linalg.vector_norm(d["priv"].double())),
+            noise_norm=float(torch.linalg.vector_norm(d["noise"].double())),
+            released_norm=float(torch.linalg.vector_norm(d["released"].double())),
+            clipped=clean > self.clip,
+            extra_clean_norm=float(d["extra"]) if d["extra"] is not None else 0.0,
+        )
+
+    @last.setter
+    def last(self, value: ReleaseStats | None) -> None:  # the base class initialises it to None
+        if value is not None:
+            raise AttributeError("WholeBatchSanitizer.last is computed from the last release")
 
 
 class PerSampleSanitizer(_ImageSanitizer):

@@ -245,7 +245,7 @@ def test_weight_and_solver_validation() -> None:
         entropic_ot(x, y, eps=0)
     with pytest.raises(ConfigError, match="scaling=1.5"):
         entropic_ot(x, y, eps=0.1, scaling=1.5)
-    with pytest.raises(DataError, match="expected n \\+ floor"):
+    with pytest.raises(DataError, match="expected n \\+ n'"):
         semi_debiased_loss(x, y, p=0.5, n=4, eps=0.1)
 
 
@@ -268,3 +268,65 @@ def test_geomloss_path_equals_ours() -> None:
     # The mapping blur = sqrt(eps) on OUR cost: geomloss's own p=2 cost (|x-y|^2 / 2) would differ.
     native_half = geomloss_entropic_ot(x, y, eps=1.0, cost=lambda u, v: SquaredEuclideanCost()(u, v) / 2, scaling=0.999)
     assert abs(native_half.item() - entropic_ot(x, y, eps=1.0, **CONV).item()) > 0.5
+
+
+# --------------------------------------------------------------------------- the stacked solve training runs
+
+
+def _stacked_clouds(seed: int, n: int = 12, n2: int = 9, k: int = 7, pad: int = 16, d: int = 5):
+    """n + n' generated points (one tensor: X and the n' extras), a zero-padded real batch of k."""
+    g = torch.Generator().manual_seed(seed)
+    xg = torch.randn(n + n2, d, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.zeros(pad, d, dtype=torch.float64)
+    y[:k] = torch.randn(k, d, generator=g, dtype=torch.float64) + 0.5
+    w = torch.zeros(pad, dtype=torch.float64)
+    w[:k] = 1.0 / k
+    return xg, n, n2, y, w
+
+
+@pytest.mark.parametrize("m", [0.0, 1.0])
+def test_stacked_loss_equals_two_entropic_ot_calls_value_and_gradient(m):
+    """The one stacked, zero-padded solve of semi_debiased_loss == 2 W(X, y; w) - W(X, X2) by two
+    entropic_ot calls: same schedule and updates, so in float64 only summation order differs
+    (tolerance 1e-10 relative on the value, 1e-9 on the gradients)."""
+    xg, n, n2, y, w = _stacked_clouds(0)
+    kw = dict(eps=0.5, n_iter=40, scaling=0.5)
+    cost = make_cost("l2_l1", m=m)
+    ref = 2.0 * entropic_ot(xg[:n], y, None, w, cost=cost, **kw) - entropic_ot(xg[:n], xg[n2:n + n2], cost=cost, **kw)
+    (g_ref,) = torch.autograd.grad(ref, (xg,))
+    val = semi_debiased_loss(xg, y, real_weights=w, n=n, n_extra=n2, cost=cost, validate=False, **kw)
+    (g,) = torch.autograd.grad(val, (xg,))
+    assert val.item() == pytest.approx(ref.item(), rel=1e-10)
+    assert torch.allclose(g, g_ref, rtol=1e-9, atol=1e-12)
+
+
+def test_empty_real_batch_contributes_nothing():
+    """k = 0 (all weights zero): the loss is -W(x, x2) exactly, as the trainer's skip gives."""
+    xg, n, n2, y, w = _stacked_clouds(1)
+    val = semi_debiased_loss(xg, y, real_weights=torch.zeros_like(w), n=n, n_extra=n2, eps=0.5, n_iter=30,
+                             scaling=0.5, validate=False)
+    ref = -entropic_ot(xg[:n], xg[n2:n + n2], eps=0.5, n_iter=30, scaling=0.5)
+    assert val.item() == pytest.approx(ref.item(), rel=1e-12)
+
+
+def test_loss_matches_published_geomloss_reference_at_convergence():
+    """The published reference (geomloss SamplesLoss, p=2, blur=sqrt(eps), debias=False, cost
+    ||x-y||^2) and our solver compute the same OT_eps. geomloss does ONE update per temperature
+    of its eps-scaling, so it trails the converged value unless the scaling is very fine: at
+    scaling 0.999 (~thousands of updates) it agrees with our converged solve (600 iterations) to
+    1e-4 relative (the bound tests/test_ot.py uses for the same reason); at the default 0.5 it
+    differs by about 1%, which is why the benchmark's reference is "the same loss" only up to
+    geomloss's early stop."""
+    from geomloss import SamplesLoss
+
+    from dpsynth.cli.bench import published_cost
+
+    xg, n, n2, y, w = _stacked_clouds(2, k=16, pad=16)
+    x, x2 = xg[:n], xg[n2:n + n2]
+    eps = 0.5
+    L = SamplesLoss("sinkhorn", p=2, blur=math.sqrt(eps), scaling=0.999, debias=False, backend="tensorized",
+                    cost=published_cost)
+    a = torch.full((12,), 1 / 12, dtype=torch.float64)
+    ref = 2 * L(a, x, w, y) - L(x, x2)
+    val = semi_debiased_loss(xg, y, real_weights=w, n=n, n_extra=n2, eps=eps, n_iter=600, scaling=0.9)
+    assert val.item() == pytest.approx(ref.item(), rel=1e-4)

@@ -47,7 +47,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
-from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, fast_forward, pair_loss
+from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, fast_forward
+from dpsynth.ot.costs import MixedL2L1Cost
+from dpsynth.ot.losses import semi_debiased_loss
 from dpsynth.nets import build_generator
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
@@ -187,7 +189,9 @@ class BatchedSweep:
                                                                defer_check=True)
             for mem, g in zip(self.members, self.gens)]
         self.guards = [_guard(shared, mem) for mem in self.members]
-        self.m = torch.tensor([mem.m for mem in self.members], dtype=shared.dtype, device=self.device)
+        # Each member's cost mix m weighs its own problem of the one stacked solve.
+        self.cost = MixedL2L1Cost(torch.tensor([mem.m for mem in self.members], dtype=shared.dtype,
+                                               device=self.device))
         self.steps = 0
 
     def _forward(self, z: Tensor, labels: Tensor | None) -> Tensor:
@@ -243,8 +247,8 @@ class BatchedSweep:
                           for i in range(len(self.members))])
         yr = torch.stack([_embed(xs[i], None if nc is None else ys[i], nc, sh.alpha_c)
                           for i in range(len(self.members))])
-        losses = pair_loss(xg[:, : sh.n], xg[:, sh.n_extra: sh.n + sh.n_extra], yr, w, eps=sh.eps,
-                           n_iter=sh.n_iter, scaling=sh.scaling, m=self.m)
+        losses = semi_debiased_loss(xg, yr, real_weights=w, n=sh.n, n_extra=sh.n_extra, eps=sh.eps, cost=self.cost,
+                                    n_iter=sh.n_iter, scaling=sh.scaling, validate=False)
         self.opt.zero_grad(set_to_none=False)
         losses.sum().backward()  # members share no parameter: each gets its own gradient
         if self.device.type == "cpu":

@@ -3,12 +3,8 @@
 The step is tiny (60 generated vs ~50 real points), so its cost is overhead plus the
 generator's convolutions. What this module changes, and why each change keeps the math:
 
-* **One batched Sinkhorn solve** for the two OT terms of the semi-debiased loss. The
-  generated-generated problem ``W(X[:n], X[n':n+n'])`` and the real problem
-  ``W(X[:n], Y)`` are stacked into a ``(2, n, M)`` problem, each padded with zero-weight
-  columns to a common ``M``. Zero weights are exactly absent in the log-domain solver
-  (log-weight ``-inf``; the annealing starts from the largest *live* cost), so this is the
-  same loss as two separate ``entropic_ot`` calls, with half the per-iteration launches.
+* **The loss** is :func:`dpsynth.ot.losses.semi_debiased_loss`: one stacked Sinkhorn solve
+  for both OT terms, through the one loop of ``ot/sinkhorn.py``, never reading the host.
 * **The generator forward** (DCGAN only) runs in ``channels_last`` and replaces the last
   ``ConvTranspose2d(k3, s1, p1)`` -- which PyTorch runs on a slow col2im path on CPU -- by
   the equivalent ``Conv2d`` with transposed, flipped weights. Both use the generator's own
@@ -39,7 +35,8 @@ from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.nets.dcgan import DCGANGenerator
-from dpsynth.ot.costs import l1_distances, squared_distances
+from dpsynth.ot.costs import MixedL2L1Cost
+from dpsynth.ot.losses import semi_debiased_loss
 from dpsynth.ot.sinkhorn import check_solver_args
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
@@ -47,8 +44,6 @@ __all__ = [
     "StepSpec",
     "FastStep",
     "fast_forward",
-    "pair_loss",
-    "solve_potentials",
     "poisson_fixed",
     "poisson_capacity",
 ]
@@ -114,96 +109,6 @@ def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None) -> Tensor:
         if i == 0 and h.device.type == "cpu":
             h = h.contiguous(memory_format=torch.channels_last)
     return h.contiguous()
-
-
-# --------------------------------------------------------------------------- loss
-
-
-def _log_weights(w: Tensor) -> Tensor:
-    return torch.where(w > 0, w.clamp_min(torch.finfo(w.dtype).tiny).log(), torch.full_like(w, -math.inf))
-
-
-def _softmin(e: Tensor, c: Tensor, h: Tensor) -> Tensor:
-    """``-e log sum_j exp(h_j - C_ij / e)`` over the last dim; ``e`` is (..., 1)."""
-    return -e * torch.logsumexp(h.unsqueeze(-2) - c / e.unsqueeze(-1), dim=-1)
-
-
-@torch.no_grad()
-def solve_potentials(c: Tensor, a: Tensor, b: Tensor, eps: float | Tensor, n_iter: int,
-                     scaling: float | None) -> Tensor:
-    """The ``g`` potential of ``dpsynth.ot.sinkhorn.sinkhorn_potentials`` (same schedule and
-    updates), written without host->device scalar copies so it can run inside a CUDA graph.
-
-    ``eps`` is a float or a tensor broadcastable to ``c.shape[:-2]`` (per-problem temperature).
-    """
-    c = c.detach()
-    lead = c.shape[:-2]
-    # torch.full, not torch.tensor: a fill kernel, no host->device copy (capture-safe).
-    eps_t = torch.full((), eps, dtype=c.dtype, device=c.device) if not isinstance(eps, Tensor) else eps
-    eps_t = eps_t.to(c.dtype).expand(lead) if lead else eps_t.to(c.dtype)
-    log_a, log_b = _log_weights(a.detach()), _log_weights(b.detach())
-    if scaling is not None:
-        live = (a.detach() > 0).unsqueeze(-1) & (b.detach() > 0).unsqueeze(-2)
-        eps0 = torch.maximum(c.masked_fill(~live, -math.inf).amax(dim=(-2, -1)), eps_t)
-        ks = torch.arange(n_iter, device=c.device, dtype=c.dtype).reshape(-1, *([1] * len(lead)))
-        sched = torch.maximum(eps0.unsqueeze(0) * scaling**ks, eps_t.unsqueeze(0))  # (n_iter, *lead)
-    else:
-        sched = eps_t.unsqueeze(0).expand(n_iter, *lead)
-    ct = c.transpose(-1, -2).contiguous()
-    g = torch.zeros_like(c[..., 0, :])
-    for k in range(n_iter):
-        e = sched[k].unsqueeze(-1)
-        f = _softmin(e, c, log_b + g / e)
-        g = _softmin(e, ct, log_a + f / e)
-    return g
-
-
-def _cost(x: Tensor, y: Tensor, m: float | Tensor) -> Tensor:
-    """``||x-y||^2 + m ||x-y||_1`` (``MixedL2L1Cost``); ``m`` may be a per-problem tensor."""
-    c = squared_distances(x, y)
-    if isinstance(m, Tensor) or m != 0.0:
-        c = c + m * l1_distances(x, y)
-    return c
-
-
-def pair_loss(x: Tensor, x_second: Tensor, y: Tensor, w: Tensor, *, eps: float | Tensor, n_iter: int,
-              scaling: float | None, m: float | Tensor = 0.0) -> Tensor:
-    """``2 W(x, y; w) - W(x, x_second)`` with ONE stacked Sinkhorn solve; shape ``lead``.
-
-    ``x`` (..., n, D) carries autograd, ``x_second`` (..., n2, D) too; ``y`` (..., M, D) with
-    weights ``w`` (..., M) summing to 1 (zero = padding) or all zero for an empty batch, whose
-    real term is then exactly 0 (the trainer skips it). ``eps``/``m`` may be tensors of shape
-    ``lead`` (a batched sweep). The value and gradients equal two ``entropic_ot`` calls.
-    """
-    n, n2, mm = x.shape[-2], x_second.shape[-2], y.shape[-2]
-    cols = max(n2, mm)
-    lead = x.shape[:-2]
-
-    def pad(t: Tensor, rows: int) -> Tensor:
-        return t if t.shape[-2] == rows else torch.cat([t, t.new_zeros(*lead, rows - t.shape[-2], t.shape[-1])], -2)
-
-    def padw(v: Tensor, rows: int) -> Tensor:
-        return v if v.shape[-1] == rows else torch.cat([v, v.new_zeros(*lead, rows - v.shape[-1])], -1)
-
-    ys = torch.stack([pad(x_second, cols), pad(y.to(x.dtype), cols)], dim=-3)  # (..., 2, cols, D)
-    b_gen = padw(x.new_full((*lead, n2), 1.0 / n2), cols)
-    nonempty = (w.sum(-1, keepdim=True) > 0).to(x.dtype)  # (..., 1)
-    b_real = padw(w.to(x.dtype), cols)
-    # An empty real batch has no distribution: solve against the generated weights instead
-    # (any valid weights) and zero its term, matching the trainer's skip without a branch.
-    b_real = torch.where(nonempty > 0, b_real, b_gen)
-    b = torch.stack([b_gen, b_real], dim=-2)  # (..., 2, cols)
-    a = x.new_full((*lead, 2, n), 1.0 / n)
-    xs = x.unsqueeze(-3)  # (..., 1, n, D)
-    m_t = m.reshape(*m.shape, 1, 1, 1) if isinstance(m, Tensor) else m
-    eps_t = eps.reshape(*eps.shape, 1) if isinstance(eps, Tensor) else eps
-    c = _cost(xs, ys, m_t)  # (..., 2, n, cols)
-    g = solve_potentials(c, a, b, eps_t if isinstance(eps_t, Tensor) else eps, n_iter, scaling)
-    e = (eps_t if isinstance(eps_t, Tensor) else torch.full((), eps, dtype=c.dtype, device=c.device))
-    e = e.to(c.dtype).expand(*lead, 2).unsqueeze(-1)  # (..., 2, 1)
-    f = _softmin(e, c, _log_weights(b) + g / e)
-    ot = (a * f).sum(-1) + (b * g).sum(-1)  # (..., 2)
-    return 2.0 * nonempty[..., 0] * ot[..., 1] - ot[..., 0]
 
 
 # --------------------------------------------------------------------------- Poisson batches
@@ -276,6 +181,7 @@ class FastStep:
             raise ConfigError("FastStep: the parameter sanitizer runs on the host; use cuda_graph=False")
         self.capacity = capacity or poisson_capacity(x_all.shape[0], spec.q)
         self.conditional = getattr(G, "num_classes", None) is not None
+        self.cost = MixedL2L1Cost(spec.m)  # m = 0: the pure squared L2 cost
         self.overflow = torch.zeros((), dtype=torch.bool, device=self.device)
         self.sanitizer: WholeBatchSanitizer | None = None
         if spec.sigma is not None:
@@ -301,8 +207,8 @@ class FastStep:
             imgs = self.sanitizer.attach(imgs)
         xg = _embed(imgs, labels, s.num_classes if self.conditional else None, s.alpha_c)
         yr = _embed(xs, ys if self.conditional else None, s.num_classes if self.conditional else None, s.alpha_c)
-        loss = pair_loss(xg[: s.n], xg[s.n_extra: s.n + s.n_extra], yr, w, eps=s.eps, n_iter=s.n_iter,
-                         scaling=s.scaling, m=s.m)
+        loss = semi_debiased_loss(xg, yr, real_weights=w, n=s.n, n_extra=s.n_extra, eps=s.eps, cost=self.cost,
+                                  n_iter=s.n_iter, scaling=s.scaling, validate=False)
         self.opt.zero_grad(set_to_none=False)
         loss.backward()
         return loss.detach()

@@ -85,16 +85,25 @@ class L1Cost(GroundCost):
 class MixedL2L1Cost(GroundCost):
     """``c(a, b) = ||a - b||_2^2 + m * ||a - b||_1`` -- the NeurIPS cost mixing weight ``m``.
 
-    ``m = 0`` skips the L1 matrix entirely, so it costs the same as the pure L2 cost.
+    ``m = 0`` skips the L1 matrix entirely, so it costs the same as the pure L2 cost. ``m`` may
+    be a 1-D tensor, one weight per problem of a batch (a batched sweep): it then weighs the
+    cost matrices along their first axis.
     """
 
-    def __init__(self, m: float) -> None:
+    def __init__(self, m: float | Tensor) -> None:
+        if isinstance(m, Tensor):
+            if m.ndim != 1 or not bool(torch.isfinite(m).all()) or bool((m < 0).any()):  # once, at construction
+                raise ConfigError(f"cost mixing weights m must be a 1-D tensor of finite numbers >= 0, got {m!r}")
+            self.m: float | Tensor = m
+            return
         if not math.isfinite(m) or m < 0:
             raise ConfigError(f"cost mixing weight m must be a finite number >= 0, got m={m!r}")
         self.m = float(m)
 
     def matrix(self, x: Tensor, y: Tensor) -> Tensor:
         c = squared_distances(x, y)
+        if isinstance(self.m, Tensor):
+            return c + self.m.reshape(-1, *([1] * (c.ndim - 1))) * l1_distances(x, y)
         if self.m != 0.0:
             c = c + self.m * l1_distances(x, y)
         return c

@@ -22,11 +22,21 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor
 
 from dpsynth.errors import ConfigError, DataError
-from dpsynth.ot.costs import GroundCost
-from dpsynth.ot.sinkhorn import DEFAULT_N_ITER, DEFAULT_SCALING, entropic_ot
+from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
+from dpsynth.ot.sinkhorn import (
+    DEFAULT_N_ITER,
+    DEFAULT_SCALING,
+    _check_weights,
+    check_solver_args,
+    entropic_ot,
+    ot_value_from_potentials,
+    sinkhorn_potentials,
+    uniform_weights,
+)
 
 __all__ = ["num_extra", "split_generated", "sinkhorn_divergence", "semi_debiased_loss"]
 
@@ -76,11 +86,12 @@ def semi_debiased_loss(
     x_gen: Tensor,
     y_real: Tensor,
     *,
-    p: float,
-    eps: float,
+    p: float | None = None,
+    eps: float | Tensor,
     cost: GroundCost | None = None,
     real_weights: Tensor | None = None,
     n: int | None = None,
+    n_extra: int | None = None,
     n_iter: int = DEFAULT_N_ITER,
     scaling: float | None = DEFAULT_SCALING,
     tol: float | None = None,
@@ -88,22 +99,68 @@ def semi_debiased_loss(
 ) -> Tensor:
     """``S_p = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])`` (see module docstring for p = 0, 1).
 
-    ``x_gen`` holds ``n + floor(p n)`` generated points (..., n + n', D) (already embedded,
-    e.g. by ``embed_with_labels``); ``n`` is inferred when not given. ``y_real`` (..., M, D)
-    with optional ``real_weights`` (..., M) summing to 1 -- zero weights mark padding of a
-    Poisson batch. Generated points get uniform weights. Returns a tensor of shape (...).
+    THE DP-Sinkhorn loss: every training path (the fast step, its CUDA graph, the batched sweep)
+    calls it. ``x_gen`` holds ``n + n'`` generated points (..., n + n', D), already embedded
+    (e.g. by ``embed_with_labels``); give ``p`` (``n`` inferred, or checked) or ``n`` and
+    ``n_extra``. ``y_real`` (..., M, D) with optional ``real_weights`` (..., M) summing to 1 --
+    zero weights mark padding of a Poisson batch; all-zero weights (an empty Poisson batch,
+    only with ``validate=False``) make the real term exactly 0, so the step still counts.
+    ``eps`` may be a tensor of shape ``...`` (one temperature per problem), ``cost`` a
+    :class:`~dpsynth.ot.costs.MixedL2L1Cost` with one ``m`` per problem. Returns shape (...).
+
+    Both OT terms are solved in ONE Sinkhorn run: ``W(X, X2)`` and ``W(X, Y)`` share the rows
+    ``X``, so the two column sets are stacked into a ``(..., 2, n, M')`` problem, each padded
+    with zero-weight columns to the common ``M'``. Zero weights are exactly absent in the log
+    domain (log-weight -inf; the eps-scaling starts from the largest *live* cost), so this is
+    the value and gradients of two ``entropic_ot`` calls with half the loop's launches.
     """
-    total = x_gen.shape[-2]
+    n, n_prime = _generated_split(x_gen.shape[-2], p, n, n_extra)
+    # A per-problem eps tensor is the caller's to check (StepSpec does); the rest is checked here.
+    check_solver_args(eps if not isinstance(eps, Tensor) else 1.0, n_iter, scaling, tol)
+    x, x_second = x_gen[..., :n, :], x_gen[..., n_prime : n + n_prime, :]
+    lead = tuple(x.shape[:-2])
+    n2, mm = x_second.shape[-2], y_real.shape[-2]
+    w = uniform_weights(mm, x, lead) if real_weights is None else real_weights.to(x.dtype)
+    if validate:
+        _check_weights(w, mm, "real_weights")
+    cols = max(n2, mm)
+
+    def pad(t: Tensor, rows: int) -> Tensor:
+        return t if t.shape[-2] == rows else torch.cat([t, t.new_zeros(*lead, rows - t.shape[-2], t.shape[-1])], -2)
+
+    def padw(v: Tensor, rows: int) -> Tensor:
+        return v if v.shape[-1] == rows else torch.cat([v, v.new_zeros(*lead, rows - v.shape[-1])], -1)
+
+    ys = torch.stack([pad(x_second, cols), pad(y_real.to(x.dtype), cols)], dim=-3)  # (..., 2, cols, D)
+    b_gen = padw(x.new_full((*lead, n2), 1.0 / n2), cols)
+    nonempty = (w.sum(-1, keepdim=True) > 0).to(x.dtype)  # (..., 1)
+    # An empty real batch has no distribution: solve against the generated weights instead
+    # (any valid weights) and zero its term -- the same as skipping it, without a branch.
+    b_real = torch.where(nonempty > 0, padw(w, cols), b_gen)
+    b = torch.stack([b_gen, b_real], dim=-2)  # (..., 2, cols)
+    a = x.new_full((*lead, 2, n), 1.0 / n)
+    cost = SquaredEuclideanCost() if cost is None else cost
+    c = cost(x.unsqueeze(-3), ys)  # (..., 2, n, cols)
+    eps_lead = eps.reshape(*eps.shape, 1) if isinstance(eps, Tensor) else eps  # one per problem pair
+    _, g = sinkhorn_potentials(c, a, b, eps_lead, n_iter=n_iter, scaling=scaling, tol=tol)
+    e = eps_lead if isinstance(eps_lead, Tensor) else torch.full((), eps, dtype=c.dtype, device=c.device)
+    e = e.to(c.dtype).expand(*lead, 2).unsqueeze(-1)  # (..., 2, 1)
+    ot = ot_value_from_potentials(c, a, b, g, e)  # (..., 2): W(X, X2), W(X, Y)
+    return 2.0 * nonempty[..., 0] * ot[..., 1] - ot[..., 0]
+
+
+def _generated_split(total: int, p: float | None, n: int | None, n_extra: int | None) -> tuple[int, int]:
+    """``(n, n')`` from ``p`` and/or ``n``/``n_extra``, checked against the rows given."""
     if n is None:
-        n, n_prime = split_generated(total, p)
-    else:
-        n_prime = num_extra(n, p)
-        if n + n_prime != total:
-            raise DataError(
-                f"semi_debiased_loss: expected n + floor(p*n) = {n} + {n_prime} = {n + n_prime} generated "
-                f"points at p={p}, got {total}"
-            )
-    kw = dict(eps=eps, cost=cost, n_iter=n_iter, scaling=scaling, tol=tol, validate=validate)
-    x = x_gen[..., :n, :]
-    x_second = x_gen[..., n_prime : n + n_prime, :]
-    return 2.0 * entropic_ot(x, y_real, None, real_weights, **kw) - entropic_ot(x, x_second, **kw)
+        if p is None:
+            raise ConfigError("semi_debiased_loss: give p, or n and n_extra")
+        return split_generated(total, p)
+    n_prime = n_extra if n_extra is not None else num_extra(n, p if p is not None else 0.0)
+    if p is not None and n_extra is not None and n_extra != num_extra(n, p):
+        raise ConfigError(f"semi_debiased_loss: n_extra={n_extra} is not floor(p*n) at p={p}, n={n}")
+    if not (0 <= n_prime <= n) or n + n_prime != total:
+        raise DataError(
+            f"semi_debiased_loss: expected n + n' = {n} + {n_prime} = {n + n_prime} generated "
+            f"points{f' at p={p}' if p is not None else ''}, got {total}"
+        )
+    return n, n_prime

@@ -13,7 +13,8 @@ step); memory, not work, is what changes, and on a GPU the same code runs the pa
 (KeOps, the library behind geomloss's "online" backend, is not a dependency). Uniform weights
 only, as the entropic WGAN uses.
 
-Equality with the dense solver (tests/test_ot_online.py): the iterates are those of
+The loop itself is ``dpsynth.ot.sinkhorn.sinkhorn_loop``, the one every backend runs; only the
+softmins differ. Equality with the dense solver (tests/test_ot_online.py): the iterates are those of
 ``sinkhorn_potentials(cost(x, y), a, b, eps, n_iter=..., scaling=...)`` with the same
 eps-scaling schedule ``eps_k = max(eps, maxC * scaling**k)`` (``maxC`` found blockwise); the
 losses reproduce ``ewgan_loss``'s "entropic" (``<P, C>`` with the plan held constant) and
@@ -38,7 +39,7 @@ from torch import Tensor
 
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
-from dpsynth.ot.sinkhorn import DEFAULT_N_ITER, DEFAULT_SCALING, check_solver_args
+from dpsynth.ot.sinkhorn import DEFAULT_N_ITER, DEFAULT_SCALING, check_solver_args, eps_schedule, sinkhorn_loop
 
 __all__ = [
     "DEFAULT_BLOCK_ENTRIES",
@@ -112,23 +113,15 @@ def _softmin_cols(x: Tensor, y: Tensor, h: Tensor, e: Tensor | float, cost: Grou
 
 def _potentials(x: Tensor, y: Tensor, eps: float, cost: GroundCost, n_iter: int, scaling: float | None,
                 block: int) -> tuple[Tensor, Tensor]:
-    """The loop of ``sinkhorn_potentials`` (uniform weights), arguments already checked."""
+    """``sinkhorn_loop`` (uniform weights) with the blockwise softmins; arguments already checked."""
     with torch.no_grad():
         x, y = x.detach(), y.detach()
         log_a = torch.full((x.shape[0],), -math.log(x.shape[0]), dtype=x.dtype, device=x.device)
         log_b = torch.full((y.shape[0],), -math.log(y.shape[0]), dtype=x.dtype, device=x.device)
-        sched: Tensor | None = None
-        if scaling is not None:
-            eps0 = _max_cost(x, y, cost, block).clamp_min(eps)
-            ks = torch.arange(n_iter, device=x.device, dtype=x.dtype)
-            sched = torch.maximum(eps0 * scaling**ks, torch.tensor(eps, dtype=x.dtype, device=x.device))
-        f = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
-        g = torch.zeros(y.shape[0], dtype=x.dtype, device=x.device)
-        for k in range(n_iter):
-            e: Tensor | float = eps if sched is None else sched[k]
-            f = _softmin_rows(x, y, log_b + g / e, e, cost, block)
-            g = _softmin_cols(x, y, log_a + f / e, e, cost, block)
-    return f, g
+        c_max = _max_cost(x, y, cost, block) if scaling is not None else None
+        schedule = eps_schedule(c_max, eps, n_iter, scaling, like=x)
+        return sinkhorn_loop(lambda e, h: _softmin_rows(x, y, h, e, cost, block),
+                             lambda e, h: _softmin_cols(x, y, h, e, cost, block), log_a, log_b, schedule)
 
 
 def online_potentials(x: Tensor, y: Tensor, eps: float, *, cost: GroundCost | None = None,

@@ -21,6 +21,7 @@ eps-annealing schedule is built on the device from ``max(C)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -29,6 +30,9 @@ from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
 
 __all__ = [
+    "eps_schedule",
+    "sinkhorn_loop",
+    "live_max_cost",
     "sinkhorn_potentials",
     "ot_value_from_potentials",
     "transport_plan",
@@ -86,12 +90,62 @@ def _check_weights(w: Tensor, n: int, name: str) -> None:
         )
 
 
+def eps_schedule(c_max: Tensor | None, eps: float | Tensor, n_iter: int, scaling: float | None, *,
+                 like: Tensor, lead: tuple[int, ...] = ()) -> Tensor:
+    """The temperature of every iteration, shape ``(n_iter, *lead)``, built on the device.
+
+    With ``scaling`` (eps-scaling) iteration k runs at ``max(eps, c_max * scaling**k)``, where
+    ``c_max`` (shape ``lead``) is the largest cost between points that carry mass; without it,
+    every iteration runs at ``eps``. ``eps`` is a float or a tensor broadcastable to ``lead``
+    (one temperature per problem). Written with fills rather than host->device copies, so it
+    can run inside a captured CUDA graph.
+    """
+    eps_t = eps if isinstance(eps, Tensor) else torch.full((), eps, dtype=like.dtype, device=like.device)
+    eps_t = eps_t.to(like.dtype).expand(lead) if lead else eps_t.to(like.dtype)
+    if scaling is None or c_max is None:
+        return eps_t.unsqueeze(0).expand(n_iter, *lead)
+    eps0 = torch.maximum(c_max, eps_t)
+    ks = torch.arange(n_iter, device=like.device, dtype=like.dtype).reshape(-1, *([1] * len(lead)))
+    return torch.maximum(eps0.unsqueeze(0) * scaling**ks, eps_t.unsqueeze(0))
+
+
+def sinkhorn_loop(softmin_f: Callable[[Tensor, Tensor], Tensor], softmin_g: Callable[[Tensor, Tensor], Tensor],
+                  log_a: Tensor, log_b: Tensor, schedule: Tensor,
+                  stop: Callable[[int, Tensor, Tensor], bool] | None = None) -> tuple[Tensor, Tensor]:
+    """THE Sinkhorn loop (log domain, alternating updates, Algorithm 3 of the papers).
+
+    Every backend runs it -- the dense cost matrix (:func:`sinkhorn_potentials`) and the
+    blockwise one that never forms the matrix (``ot/online.py``) -- and differs only in its
+    softmin, as geomloss runs its tensorized and online backends through one loop:
+    ``softmin_f(e, h)`` is ``-e log sum_j exp(h_j - C_ij / e)`` over the columns (the f-update)
+    and ``softmin_g(e, h)`` the same over the rows (the g-update). ``schedule`` is
+    :func:`eps_schedule`'s; ``e`` is handed over with a trailing axis (``(*lead, 1)``).
+    ``stop(k, f, g)`` (optional) ends the loop early; it may read the host.
+    """
+    g = torch.zeros_like(log_b)
+    f = torch.zeros_like(log_a)
+    for k in range(schedule.shape[0]):
+        e = schedule[k].unsqueeze(-1)
+        f = softmin_f(e, log_b + g / e)
+        g = softmin_g(e, log_a + f / e)
+        if stop is not None and stop(k, f, g):
+            break
+    return f, g
+
+
+def live_max_cost(c: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """Largest cost between points of positive weight: zero-weight padding must not change the
+    eps-scaling schedule, or padding would not equal dropping. (On the device.)"""
+    live = (a > 0).unsqueeze(-1) & (b > 0).unsqueeze(-2)
+    return c.masked_fill(~live, -math.inf).amax(dim=(-2, -1))
+
+
 @torch.no_grad()
 def sinkhorn_potentials(
     c: Tensor,
     a: Tensor,
     b: Tensor,
-    eps: float,
+    eps: float | Tensor,
     *,
     n_iter: int = DEFAULT_N_ITER,
     scaling: float | None = DEFAULT_SCALING,
@@ -100,41 +154,37 @@ def sinkhorn_potentials(
 ) -> tuple[Tensor, Tensor]:
     """Dual potentials ``(f, g)`` of OT_eps for cost matrix ``c`` (..., N, M); no autograd.
 
-    Alternating log-domain updates (Algorithm 3 of the papers). With ``scaling`` the
-    temperature of iteration k is ``max(eps, max(C) * scaling**k)`` (eps-scaling: potentials
-    are in cost units, so they carry over between temperatures); the annealing reaches
-    ``eps`` after ``log(max C / eps) / log(1 / scaling)`` iterations (17 for MNIST costs
-    ~5e3 at eps 0.05 with scaling 0.5), the rest run at ``eps``. ``tol`` (optional) stops
-    once the column-marginal L1 error is below it, checked every ``check_every``
-    iterations -- that check syncs with the host, so training leaves ``tol=None``.
+    :func:`sinkhorn_loop` on the dense matrix. With ``scaling`` the temperature of iteration k
+    is ``max(eps, max(C) * scaling**k)`` (eps-scaling: potentials are in cost units, so they
+    carry over between temperatures); the annealing reaches ``eps`` after
+    ``log(max C / eps) / log(1 / scaling)`` iterations (17 for MNIST costs ~5e3 at eps 0.05
+    with scaling 0.5), the rest run at ``eps``. ``eps`` may be a tensor broadcastable to
+    ``c.shape[:-2]`` (one temperature per problem: a batched sweep). ``tol`` (optional, float
+    ``eps`` only) stops once the row-marginal L1 error is below it, checked every
+    ``check_every`` iterations -- that check syncs with the host, so training leaves ``tol=None``.
+    With a fixed ``n_iter`` and ``tol=None`` nothing is read on the host (CUDA-graph safe).
     """
-    c = c.detach()
-    log_a, log_b = _log_weights(a.detach()), _log_weights(b.detach())
-    if scaling is not None:
-        # Start at the largest cost between points that carry mass: zero-weight padding
-        # must not change the schedule, or padding would not equal dropping. (On device.)
-        live = (a.detach() > 0).unsqueeze(-1) & (b.detach() > 0).unsqueeze(-2)
-        eps0 = c.masked_fill(~live, -math.inf).amax(dim=(-2, -1)).clamp_min(eps)  # (...,)
-        ks = torch.arange(n_iter, device=c.device, dtype=c.dtype)
-        # (n_iter, ...) schedule; leading batch dims broadcast against eps0.
-        sched = torch.maximum(eps0.unsqueeze(0) * scaling ** ks.reshape(-1, *([1] * eps0.ndim)),
-                              torch.tensor(eps, dtype=c.dtype, device=c.device))
-    else:
-        sched = None
-    ct = c.transpose(-1, -2)
-    g = torch.zeros_like(c[..., 0, :])
-    f = torch.zeros_like(c[..., :, 0])
-    first_check = _anneal_len(c, eps, scaling) if tol is not None else 0
-    for k in range(n_iter):
-        e = eps if sched is None else sched[k].unsqueeze(-1)
-        f = _softmin(e, c, log_b + g / e)
-        g = _softmin(e, ct, log_a + f / e)
-        if tol is not None and (k + 1) % check_every == 0 and k + 1 >= first_check:
+    if tol is not None and isinstance(eps, Tensor):
+        raise ConfigError("sinkhorn_potentials: tol needs a single float eps")
+    c, a, b = c.detach(), a.detach(), b.detach()
+    lead = tuple(c.shape[:-2])
+    log_a, log_b = _log_weights(a).expand(*lead, c.shape[-2]), _log_weights(b).expand(*lead, c.shape[-1])
+    c_max = live_max_cost(c, a, b) if scaling is not None else None
+    schedule = eps_schedule(c_max, eps, n_iter, scaling, like=c, lead=lead)
+    ct = c.transpose(-1, -2).contiguous()  # the g-update reduces over rows: make them the last axis
+    stop = None
+    if tol is not None:
+        first_check = _anneal_len(c, float(eps), scaling)
+
+        def stop(k: int, f: Tensor, g: Tensor) -> bool:
+            if (k + 1) % check_every or k + 1 < first_check:
+                return False
             # After the g-update the column marginals are exact; measure the row marginals.
-            plan_rows = torch.exp(log_a + (f - _softmin(eps, c, log_b + g / eps)) / eps)  # = row sums / a * a
-            if float((plan_rows - a).abs().sum(-1).max()) < tol:
-                break
-    return f, g
+            plan_rows = torch.exp(log_a + (f - _softmin(eps, c, log_b + g / eps)) / eps)
+            return float((plan_rows - a).abs().sum(-1).max()) < tol
+
+    return sinkhorn_loop(lambda e, h: _softmin(e, c, h), lambda e, h: _softmin(e, ct, h), log_a, log_b,
+                         schedule, stop)
 
 
 def _anneal_len(c: Tensor, eps: float, scaling: float | None) -> int:
@@ -145,7 +195,7 @@ def _anneal_len(c: Tensor, eps: float, scaling: float | None) -> int:
     return int(math.ceil(math.log(cmax / eps) / math.log(1.0 / scaling)))
 
 
-def ot_value_from_potentials(c: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float) -> Tensor:
+def ot_value_from_potentials(c: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float | Tensor) -> Tensor:
     """``<a, f> + <b, g>`` with ``f`` the soft-c-transform of the detached ``g``.
 
     ``c`` should carry autograd (the differentiable cost); the result's gradient is the

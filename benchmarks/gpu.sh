@@ -6,7 +6,7 @@
 #
 # Runs, with the repo's .venv when present (else python on PATH):
 #   (a) `dpsynth bench dp-sinkhorn --sweep 8`: the training step -- published-style reference,
-#       trainer, fast step (CUDA graph on a GPU) beside the same step eager, generator floor --
+#       the fast step (CUDA graph on a GPU) beside the same step eager, generator floor --
 #       and a batched sweep of 8 configurations against the same 8 one after another
 #       -> $OUT/gpu_step_sweep.json
 #   (b) a timed slice of the paper-scale MNIST DP-Sinkhorn run, `dpsynth train dps_mnist` at
@@ -53,7 +53,7 @@ if (( DRY_RUN )); then
   EXPERIMENT=dps_digits28
   SLICE_STEPS=${SLICE_STEPS:-6}
   DRY_TOTAL_STEPS=200             # the dry run's "full run", projected like the paper's
-  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2 --skip-trainer)
+  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2)
 else
   DEVICE=${DEVICE:-cuda}
   EXPERIMENT=dps_mnist

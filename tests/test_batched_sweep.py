@@ -10,7 +10,7 @@ import torch
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods import dp_sinkhorn
-from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared, group_members, train_one
+from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared, group_members, train_one
 
 ARCH = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
                                     "image_size": 28}}
@@ -34,7 +34,7 @@ def _shared(**kw) -> SweepShared:
 def test_each_member_equals_its_one_at_a_time_run(data, mode):
     """Both forward strategies (grouped convolutions / member by member on views); 2 DCGAN members differing in seed, cost weight m, clip and sigma (the non-private member
     is covered by the MLP test below),
-    2 steps batched vs each alone (FastStep, itself == dp_sinkhorn._step): float64, weights and
+    2 steps batched vs each alone (FastStep, itself held to tests/reference_dp_sinkhorn.py): float64, weights and
     BN statistics to 1e-9 (observed ~1e-12; vmap's grouped convolutions only reorder sums)."""
     x, y = data
     shared = _shared()

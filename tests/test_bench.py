@@ -25,7 +25,7 @@ def test_bench_writes_every_number_it_prints(tmp_path, capsys):
     out = tmp_path / "bench.json"
     threads = torch.get_num_threads()
     rc = main(["bench", "dp-sinkhorn", "--steps", "1", "--trials", "1", "--warmup", "0", "--records", "400",
-               "--threads", "1", "--sweep", "2", "--skip-trainer", "--json", str(out)])
+               "--threads", "1", "--sweep", "2", "--json", str(out)])
     assert rc == 0
     assert torch.get_num_threads() == threads  # --threads does not leak into the caller's process
     res = json.loads(out.read_text())

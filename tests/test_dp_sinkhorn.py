@@ -14,9 +14,11 @@ from dpsynth.data.dataset import Dataset
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data import load_processed
 from dpsynth.errors import DataError, PrivacyError
-from dpsynth.methods.fast_step import FastStep
+from dpsynth.methods.dp_sinkhorn import step as fast_step
+from dpsynth.methods.dp_sinkhorn.step import FastStep
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 from dpsynth.methods import dp_sinkhorn
+from dpsynth.nets import build_generator
 from dpsynth.privacy.randomness import NoiseSource
 from dpsynth.methods.base import TrainContext, load_generator
 from dpsynth.ot import embed_with_labels, sinkhorn_divergence
@@ -74,7 +76,7 @@ def test_training_moves_digits_towards_data_and_conditions(digits28, tmp_path):
 
     torch.manual_seed(ctx.seed)
     arch = dp_sinkhorn.generator_arch(ctx)
-    G0 = dp_sinkhorn.build_generator(arch["name"], **arch["kwargs"]).eval()  # the same init train() uses
+    G0 = build_generator(arch["name"], **arch["kwargs"]).eval()  # the same init train() uses
     before = divergence(G0)
     summary = dp_sinkhorn.train(ctx)
     assert summary["finished"] and summary["steps"] == 150
@@ -98,7 +100,7 @@ def test_training_moves_half_circle_towards_data(half_circle, tmp_path):
     test = torch.from_numpy(half_circle.x_test[:500])
     torch.manual_seed(ctx.seed)
     arch = dp_sinkhorn.generator_arch(ctx)
-    G0 = dp_sinkhorn.build_generator(arch["name"], **arch["kwargs"]).eval()
+    G0 = build_generator(arch["name"], **arch["kwargs"]).eval()
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         before = float(sinkhorn_divergence(G0(G0.sample_latent(500, g)), test, eps=0.01, n_iter=300))
@@ -125,8 +127,8 @@ def test_private_run_meets_target_and_reports_both_conversions(digits28, tmp_pat
 
 def _run_killed_at(ctx: TrainContext, kill_step: int, monkeypatch) -> None:
     """Simulate a kill: abort abruptly (no final checkpoint) when step ``kill_step`` starts."""
-    # The trainer runs FastStep, or the plain _step for the adversarial variant: kill either.
-    real_step, real_fast, calls = dp_sinkhorn._step, FastStep.__call__, {"n": 0}
+    # Every variant runs FastStep.__call__ (the adversarial one is its subclass).
+    real_fast, calls = FastStep.__call__, {"n": 0}
 
     def dying(real):
         def step(*a, **k):
@@ -136,11 +138,9 @@ def _run_killed_at(ctx: TrainContext, kill_step: int, monkeypatch) -> None:
             return real(*a, **k)
         return step
 
-    monkeypatch.setattr(dp_sinkhorn, "_step", dying(real_step))
     monkeypatch.setattr(FastStep, "__call__", dying(real_fast))
     with pytest.raises(KeyboardInterrupt):
         dp_sinkhorn.train(ctx)
-    monkeypatch.setattr(dp_sinkhorn, "_step", real_step)
     monkeypatch.setattr(FastStep, "__call__", real_fast)
 
 
@@ -223,7 +223,7 @@ def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):
                    steps=30, batch_size=1, lr=1e-3)
     ks: list[int] = []
     releases = {"n": 0}
-    real_batch, real_release = dp_sinkhorn._poisson_batch, WholeBatchSanitizer.release_batch
+    real_batch, real_release = fast_step.poisson_batch, WholeBatchSanitizer.release_batch
 
     def spy(*a, **k):
         out = real_batch(*a, **k)
@@ -234,7 +234,7 @@ def test_empty_poisson_batches_still_count(digits28, tmp_path, monkeypatch):
         releases["n"] += 1
         return real_release(san, grads)
 
-    monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", spy)
+    monkeypatch.setattr(fast_step, "poisson_batch", spy)
     monkeypatch.setattr(WholeBatchSanitizer, "release_batch", release)
     dp_sinkhorn.train(ctx)
     assert len(ks) == 30 and ks.count(0) >= 5 and max(ks) >= 1

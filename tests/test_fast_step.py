@@ -1,4 +1,5 @@
-"""Fast DP-Sinkhorn step: the same loss, gradients and training trajectory as the trainer."""
+"""THE DP-Sinkhorn step (FastStep and its adversarial variant) against an independent float64
+reference (tests/reference_dp_sinkhorn.py): the same batches, losses, gradients and trajectory."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import torch
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods import dp_sinkhorn
-from dpsynth.methods.fast_step import FastStep, StepSpec, fast_forward, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.batch import poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.step import AdversarialStep, FastStep, StepSpec, fast_forward
 from dpsynth.nets import build_generator
-from dpsynth.ot import entropic_ot, make_cost
-from dpsynth.privacy.sanitizers import WholeBatchSanitizer
+from tests.reference_dp_sinkhorn import reference_step
+
+REF = dict(n=10, n_extra=2, q=10 / 200, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5)
 
 DCGAN = {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1, "image_size": 28}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none in CI / this machine)")
@@ -49,60 +52,89 @@ def _data(n_records: int = 200, dtype=torch.float64):
     return x, torch.from_numpy(rng.integers(0, 10, n_records))
 
 
-def test_fast_step_equals_trainer_step_over_several_steps():
-    """FastStep vs dp_sinkhorn._step (the trainer's own step, its sanitizer and Adam), same seed,
-    2 private steps in float64: the same Poisson batches, losses to 1e-10 and weights to 1e-9.
+def test_fast_step_equals_the_independent_reference_over_several_steps():
+    """FastStep vs the plain float64 reference step (its own Sinkhorn, hook sanitizer and the same
+    Adam), same seeds, 3 private steps: the same Poisson batches, losses to 1e-10 relative and
+    weights to 1e-9 (float64: only summation order and the clip's 8-ulp safety margin differ).
     (In float32 the two differ at rounding level, amplified by exp(C/eps) with eps = 0.05.)"""
     x_all, y_all = _data()
-    n, ne, q, sigma = 10, 2, 10 / 200, 1.1
+    sigma = 1.1
     G1, o1, g1 = _setup()
-    san = WholeBatchSanitizer(0.5, sigma, n_private=n, generator=g1["noise"])
-    h = SimpleNamespace(alpha_c=15.0, temperature=0.05, sinkhorn_scaling=0.5)
     G2, o2, g2 = _setup()
-    spec = StepSpec(n=n, n_extra=ne, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
-                    clip=0.5, sigma=sigma, q=q)
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
+                    clip=0.5, sigma=sigma, q=10 / 200)
     fast = FastStep(G2, o2, x_all, y_all, spec, g2)
-    for _ in range(2):
-        l1, k1 = dp_sinkhorn._step(G1, o1, x_all, y_all, n, ne, q, 10, h, make_cost("sqeuclidean"), 30, g1, san, None)
+    for _ in range(3):
+        l1, k1 = reference_step(G1, o1, x_all, y_all, g1, clip=0.5, sigma=sigma, **REF)
         l2, k2 = fast()
         assert int(k2) == k1
         assert float(l2) == pytest.approx(l1, rel=1e-10)
-        assert fast.stats()["clean_norm"] == pytest.approx(san.last.clean_norm, rel=1e-9)
     for a, b in zip(G1.state_dict().values(), G2.state_dict().values()):
         assert torch.allclose(a.double(), b.double(), rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize("m", [0.0, 1.0])
-def test_param_sanitizer_fast_step_equals_trainer_reference_step(m):
-    """The grad_theta ablation trains through FastStep with the trainer's ParamGradSanitizer: two
-    float64 steps (p = 0.2, mixed cost when m = 1) equal the reference ``_step`` to 1e-9, and a
-    different noise seed does not (the check discriminates)."""
+def test_param_sanitizer_fast_step_equals_the_independent_reference(m):
+    """The grad_theta ablation trains through FastStep with ParamGradSanitizer: two float64 steps
+    (p = 0.2, mixed cost when m = 1) equal the reference's clip-and-noise of the parameter
+    gradient to 1e-9, and a different noise seed does not (the check discriminates)."""
     from dpsynth.privacy.sanitizers import ParamGradSanitizer
 
     x_all, y_all = _data()
-    n, ne, q, sigma = 10, 2, 10 / 200, 1.1
-    h = SimpleNamespace(alpha_c=15.0, temperature=0.05, sinkhorn_scaling=0.5)
-    cost = make_cost("l2_l1", m=m) if m > 0 else make_cost("sqeuclidean")
-    spec = StepSpec(n=n, n_extra=ne, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=m,
-                    clip=0.5, sigma=None, q=q)
+    sigma = 1.1
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=m,
+                    clip=0.5, sigma=None, q=10 / 200)
 
     def run(fast: bool, noise_seed: int | None = None) -> list[torch.Tensor]:
         G, opt, gens = _setup()
         if noise_seed is not None:
             gens["noise"] = torch.Generator().manual_seed(noise_seed)
+        if not fast:
+            for _ in range(2):
+                reference_step(G, opt, x_all, y_all, gens, m=m, sigma=sigma, clip_param=1.0, **REF)
+            return [t.double() for t in G.state_dict().values()]
         san = ParamGradSanitizer(list(G.parameters()), 1.0, sigma, generator=gens["noise"])
-        step = FastStep(G, opt, x_all, y_all, spec, gens, param_sanitizer=san) if fast else None
+        step = FastStep(G, opt, x_all, y_all, spec, gens, param_sanitizer=san)
         for _ in range(2):
-            if step is not None:
-                step()
-            else:
-                dp_sinkhorn._step(G, opt, x_all, y_all, n, ne, q, 10, h, cost, 30, gens, None, san)
+            step()
         san.remove()
         return [t.double() for t in G.state_dict().values()]
 
     ref, got, other = run(False), run(True), run(True, noise_seed=999)
     assert all(torch.allclose(a, b, rtol=0, atol=1e-9) for a, b in zip(ref, got))
     assert not all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(ref, other))
+
+
+def test_adversarial_step_is_the_fast_step_with_features_and_an_adversary():
+    """AdversarialStep: each step draws one fixed partition (its phi_j alone moves), the generator's
+    update goes through the same sanitizer (one release per step), and with alpha_a = 0 the
+    generator's trajectory is the plain step's on that partition's records (float64, 1e-9)."""
+    x_all, y_all = _data(40)
+    parts = torch.arange(40).reshape(4, 10)
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
+                    clip=0.5, sigma=1.1, q=0.25)
+    G, opt, gens = _setup()
+    adv = AdversarialStep(G, opt, x_all, y_all, spec, gens, partitions=parts, alpha_a=15.0, feature_lr=1e-3)
+    before = [[p.detach().clone() for p in phi.parameters()] for phi in adv.phis]
+    adv()
+    moved = [not all(torch.equal(a, p) for a, p in zip(b, phi.parameters())) for b, phi in zip(before, adv.phis)]
+    assert sum(moved) == 1 and moved[adv._j] and adv.sanitizer.releases == 1
+    with pytest.raises(ConfigError, match="m must be 0"):
+        AdversarialStep(G, opt, x_all, y_all, StepSpec(**{**spec.__dict__, "m": 1.0}), gens, partitions=parts,
+                        alpha_a=1.0, feature_lr=1e-3)
+    # alpha_a = 0: the features vanish, leaving the plain loss on the drawn partition
+    G1, o1, g1 = _setup()
+    G2, o2, g2 = _setup()
+    flat = AdversarialStep(G1, o1, x_all, y_all, spec, g1, partitions=parts, alpha_a=0.0, feature_lr=1e-3)
+    for _ in range(2):
+        flat()
+        j = int(torch.randint(4, (1,), generator=g2["data"]))  # the same draw, from the same seed
+        assert flat._j == j
+        # q = 1: torch.rand(N) < 1 takes every record of partition j (the throwaway generator's draw)
+        sel = {"data": torch.Generator().manual_seed(7), "model": g2["model"], "noise": g2["noise"]}
+        reference_step(G2, o2, x_all[parts[j]], y_all[parts[j]], sel, clip=0.5, sigma=1.1, **{**REF, "q": 1.0})
+    for a, b in zip(G1.state_dict().values(), G2.state_dict().values()):
+        assert torch.allclose(a.double(), b.double(), rtol=0, atol=1e-9)
 
 
 def test_dcgan_width_follows_model_dim():
@@ -125,8 +157,8 @@ def test_dcgan_width_follows_model_dim():
 
 
 def test_dp_sinkhorn_train_matches_reference_step_weights(tmp_path):
-    """dp_sinkhorn.train itself (float32, 2 private steps, seed 0; it runs FastStep) vs the plain
-    reference step ``dp_sinkhorn._step`` with WholeBatchSanitizer from the same seed.
+    """dp_sinkhorn.train itself (float32, 2 private steps, seed 0; it runs FastStep) vs the
+    independent reference step (tests/reference_dp_sinkhorn.py) from the same seeds.
     Float32 rounding is amplified by the eps = 0.05 Sinkhorn, and Adam's first steps move each
     weight by ~lr * sign(grad), so weights whose gradient is near zero may differ by ~lr: we
     require >= 90% of the weights within 1e-2 * lr of the trainer's (observed ~96%), and check
@@ -159,11 +191,9 @@ def test_dp_sinkhorn_train_matches_reference_step_weights(tmp_path):
         if noise_seed is not None:
             gens["noise"] = torch.Generator().manual_seed(noise_seed)
         opt = torch.optim.Adam(G.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=2e-5)
-        san = WholeBatchSanitizer(0.5, spec.sigma, n_private=10, generator=gens["noise"])
-        h = SimpleNamespace(alpha_c=15.0, temperature=0.05, sinkhorn_scaling=0.5)
         for _ in range(2):
-            dp_sinkhorn._step(G, opt, dp_sinkhorn.records_to_float(x), torch.from_numpy(y), 10, 2, spec.q, 10, h,
-                              make_cost("sqeuclidean"), 30, gens, san, None)
+            reference_step(G, opt, dp_sinkhorn.records_to_float(x), torch.from_numpy(y), gens, clip=0.5,
+                           sigma=spec.sigma, **REF)
         close = total = 0
         for k, ref in state["generator"].items():
             if ref.dtype.is_floating_point:
@@ -195,7 +225,7 @@ def test_fixed_capacity_poisson_sample_equals_trainer_draw():
     same torch.rand draw, with weights 1/k on them and 0 on the padding."""
     x_all, y_all = _data(300, torch.float32)
     for seed in range(3):
-        xs_t, ys_t, w_t, k = dp_sinkhorn._poisson_batch(x_all, y_all, 0.1, torch.Generator().manual_seed(seed))
+        xs_t, ys_t, w_t, k = poisson_batch(x_all, y_all, 0.1, torch.Generator().manual_seed(seed))
         xs, ys, w, kk, over = poisson_fixed(x_all, y_all, 0.1, torch.Generator().manual_seed(seed), 96)
         assert int(kk) == k and not bool(over)
         assert torch.equal(xs[:k], xs_t[:k]) and torch.equal(ys[:k], ys_t[:k])

@@ -47,8 +47,8 @@ def test_every_training_barrier_is_an_audited_sanitizer() -> None:
     instances of exactly the classes audited above -- not a private copy of their math."""
     import torch
 
-    from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared
-    from dpsynth.methods.fast_step import FastStep, StepSpec
+    from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+    from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec
     from dpsynth.nets import build_generator
 
     arch = {"name": "mlp", "kwargs": {"latent_dim": 2, "output_dim": 2, "hidden": [8]}}

@@ -30,7 +30,10 @@ import torch
 
 from dpsynth.config import Experiment, ScalePreset, resolve_privacy
 from dpsynth.data.dataset import Dataset
-from dpsynth.methods import dp_sinkhorn, fast_step
+from dpsynth.methods import dp_sinkhorn
+from dpsynth.nets import build_generator
+from dpsynth.methods.dp_sinkhorn import run as dps_run
+from dpsynth.methods.dp_sinkhorn import step as fast_step
 from dpsynth.methods.base import TrainContext
 from dpsynth.privacy import sanitizers
 from dpsynth.privacy.accounting import epsilon as acc_epsilon
@@ -88,7 +91,7 @@ class _Recorder:
         self.clean: list[torch.Tensor] = []
         self.released: list[torch.Tensor] = []
         self.batch_sizes: list[int] = []
-        real_release, real_poisson = sanitizers.WholeBatchSanitizer.release_batch, dp_sinkhorn._poisson_batch
+        real_release, real_poisson = sanitizers.WholeBatchSanitizer.release_batch, fast_step.poisson_batch
 
         def release(san: Any, grads: torch.Tensor) -> torch.Tensor:
             assert grads.shape[0] == 1  # one trial per training step
@@ -102,7 +105,7 @@ class _Recorder:
 
         monkeypatch.setattr(fast_step, "fast_forward", _spy_forward(self.released))
         monkeypatch.setattr(sanitizers.WholeBatchSanitizer, "release_batch", release)
-        monkeypatch.setattr(dp_sinkhorn, "_poisson_batch", poisson)
+        monkeypatch.setattr(fast_step, "poisson_batch", poisson)
 
 
 def _check_residual(resid: list[torch.Tensor], dirs: list[torch.Tensor], std: float, bound_norms: list[float],
@@ -146,7 +149,7 @@ def test_dp_sinkhorn_image_step_adds_2c_sigma_noise_to_the_n_private_images_only
 def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_path, monkeypatch):
     clean_g: list[torch.Tensor] = []
     applied: list[torch.Tensor] = []
-    real_sanitize, real_make_opt = sanitizers.ParamGradSanitizer.sanitize_, dp_sinkhorn._make_optimizer
+    real_sanitize, real_make_opt = sanitizers.ParamGradSanitizer.sanitize_, dps_run.make_optimizer
 
     def sanitize(san: Any) -> Any:
         clean_g.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -165,7 +168,7 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
         return opt
 
     monkeypatch.setattr(sanitizers.ParamGradSanitizer, "sanitize_", sanitize)
-    monkeypatch.setattr(dp_sinkhorn, "_make_optimizer", make_opt)
+    monkeypatch.setattr(dps_run, "make_optimizer", make_opt)
     # alpha_c and a low temperature make the parameter gradient large enough that C = 1 clips at 2C too
     ctx = _ctx(tmp_path, sanitizer="param", sigma=0.1, clip=0.5)
     dp_sinkhorn.train(ctx)
@@ -183,7 +186,7 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
 def _one_release(ds: Dataset, G0: torch.nn.Module, h: Any, clip: float, sigma: float, noise: NoiseSource) -> torch.Tensor:
     """One real DP-Sinkhorn step (``FastStep``, what ``dp_sinkhorn.train`` runs) from G0's state;
     returns the released image gradient of the n private images, as the generator receives it."""
-    G = dp_sinkhorn.build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28)
+    G = build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28)
     G.load_state_dict(G0.state_dict())
     got: list[torch.Tensor] = []
     gens = {"model": torch.Generator().manual_seed(1), "data": noise.torch_generator("cpu", 2),
@@ -220,7 +223,7 @@ def test_black_box_canary_audit_of_the_real_step():
     h = Experiment.model_validate({"method": "dp_sinkhorn", "dataset": "s",
                                    "hparams": {"batch_size": 20, "p": 0.2, "clip": clip, "sinkhorn_iters": 10}}).hparams
     torch.manual_seed(0)
-    G0 = dp_sinkhorn.build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28)
+    G0 = build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28)
     clean = [_one_release(ds, G0, h, clip, 0.0, NoiseSource()) for ds in (small, canary)]
     diff = clean[1] - clean[0]
     direction = diff / torch.linalg.vector_norm(diff)

@@ -165,7 +165,7 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
     import argparse
 
     from dpsynth.cli.train import build_context
-    from dpsynth.methods.sweep_train import cell_done, train_together
+    from dpsynth.methods.dp_sinkhorn.together import cell_done, train_together
 
     params = together_and_alone["params"]
 
@@ -199,7 +199,7 @@ def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
     import argparse
 
     from dpsynth.cli.train import build_context
-    from dpsynth.methods.sweep_train import group_by_shape
+    from dpsynth.methods.dp_sinkhorn.together import group_by_shape
 
     p = digits28_smoke_params("dps_d28", 3)
     p["scales"]["smoke"]["train_subset"] = 500

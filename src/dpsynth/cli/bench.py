@@ -12,13 +12,13 @@ trials reported, because the machine may be shared. Contenders:
   ``x.norm().item()`` and adds CPU-drawn noise, ``.item()`` for the logged losses, the Poisson
   batch taken as is (no padding), plain ``G(z, labels)``. Deviation from the published code:
   one generator forward of ``n + n'`` (our trainer's model, as in DESIGN 5.1), not two.
-* ``trainer`` -- ``dp_sinkhorn._step`` as the trainer runs it today.
-* ``fast`` -- :class:`dpsynth.methods.fast_step.FastStep` (CUDA graph on a GPU).
+* ``fast`` -- :class:`dpsynth.methods.dp_sinkhorn.step.FastStep`, THE step ``dpsynth train``
+  runs for every DP-Sinkhorn variant (CUDA graph on a GPU).
 * ``fast_eager`` (CUDA only) -- the same FastStep without the CUDA graph, so the graph's own
   share of the speed-up is measured, not assumed. ``paths`` in the JSON says which path each
   contender ran (``cuda_graph`` or ``eager``), read from the step objects themselves.
 * ``generator_floor`` -- only the part every contender shares: the generator forward
-  (:func:`~dpsynth.methods.fast_step.fast_forward`) on the same ``n + n'`` latents, a
+  (:func:`~dpsynth.methods.dp_sinkhorn.step.fast_forward`) on the same ``n + n'`` latents, a
   backward from a trivial loss, and the Adam step -- no OT loss, no sanitizer. No step with
   this generator can run faster, so ``floor / reference`` bounds any speed-up of the step
   (Amdahl). The convolutions' arithmetic (counted from the layer shapes) over the floor's time,
@@ -26,7 +26,7 @@ trials reported, because the machine may be shared. Contenders:
   floor itself is: on a CPU the step is compute-bound, on a GPU it is overhead-bound.
 
 ``--sweep K`` also times K configurations (seeds 0..K-1, alternating m in {0, 1}) trained
-by :class:`~dpsynth.methods.batched_sweep.BatchedSweep` against the same K trained one after
+by :class:`~dpsynth.methods.dp_sinkhorn.sweep.BatchedSweep` against the same K trained one after
 another with FastStep. Writes JSON with steps/s, ratios, the load average and the settings.
 """
 
@@ -68,7 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--sweep-mode", default="auto", choices=["auto", "vmap", "loop"],
                    help="batched sweep's generator forward (auto: vmap on CUDA, loop on CPU)")
     q.add_argument("--records", type=int, default=MNIST["records"], help="synthetic MNIST-shaped records")
-    q.add_argument("--skip-trainer", action="store_true", help="do not time dp_sinkhorn._step")
     q.add_argument("--json", type=Path, default=None, help="write the results here")
     q.set_defaults(func=run_dp_sinkhorn)
 
@@ -84,7 +83,9 @@ def published_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class ReferenceStep:
-    """The published code's per-step implementation (see module docstring for the settings)."""
+    """A model of the authors' published per-step code (nv-tlabs/DP-Sinkhorn_code; see the module
+    docstring): the baseline the fast step's speed-up is measured against. It is not a DP-Sinkhorn
+    path of this project -- it trains nothing that is released -- and lives here, in the benchmark."""
 
     def __init__(self, G: torch.nn.Module, opt: torch.optim.Optimizer, x_all: torch.Tensor, y_all: torch.Tensor,
                  s: dict[str, Any], gens: dict[str, torch.Generator]) -> None:
@@ -211,7 +212,7 @@ class GeneratorFloor:
         self.G, self.opt, self.total, self.gen = G, opt, total, gen
 
     def __call__(self) -> None:
-        from dpsynth.methods.fast_step import fast_forward
+        from dpsynth.methods.dp_sinkhorn.step import fast_forward
 
         z = self.G.sample_latent(self.total, self.gen)
         labels = self.G.sample_labels(self.total, self.gen)
@@ -253,7 +254,7 @@ def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warmup: int = 2,
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
-                      trainer: bool = True, sweep_mode: str = "auto") -> dict[str, Any]:
+                      sweep_mode: str = "auto") -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
     import torch
 
@@ -267,21 +268,16 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _bench(device, steps, trials, warmup, sweep, records, trainer, sweep_mode)
+        return _bench(device, steps, trials, warmup, sweep, records, sweep_mode)
     finally:  # a caller in the same process (tests) keeps its own thread count
         torch.set_num_threads(before)
 
 
-def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int, trainer: bool,
+def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int,
            sweep_mode: str) -> dict[str, Any]:
-    from types import SimpleNamespace
-
     import torch
 
-    from dpsynth.methods import dp_sinkhorn
-    from dpsynth.methods.fast_step import FastStep, StepSpec
-    from dpsynth.ot import make_cost
-    from dpsynth.privacy.sanitizers import WholeBatchSanitizer
+    from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec
 
     dev = torch.device(device)
     s = _settings()
@@ -306,14 +302,6 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         fast_eager = FastStep(G_e, opt_e, x_all, y_all, spec, gens_e, cuda_graph=False)
         contenders["fast_eager"] = fast_eager
         paths["fast_eager"] = "eager"
-    if trainer:
-        G_t, opt_t, gens_t = _setup(dev, 0)
-        san = WholeBatchSanitizer(s["clip"], s["sigma"], n_private=n, generator=gens_t["noise"])
-        h = SimpleNamespace(alpha_c=s["alpha_c"], temperature=s["eps"], sinkhorn_scaling=s["scaling"])
-        cost = make_cost("sqeuclidean")
-        contenders["trainer"] = lambda: dp_sinkhorn._step(G_t, opt_t, x_all, y_all, n, ne, s["q"], 10, h, cost,
-                                                          s["n_iter"], gens_t, san, None)
-        paths["trainer"] = "eager"
     load_before = os.getloadavg()
     res = _interleaved(contenders, steps, trials, warmup, dev)
     fast.check()
@@ -345,8 +333,6 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     }
     if "fast_eager" in res:
         out["ratio_cuda_graph_over_eager"] = res["fast"]["steps_per_s"] / res["fast_eager"]["steps_per_s"]
-    if "trainer" in res:
-        out["ratio_fast_over_trainer"] = res["fast"]["steps_per_s"] / res["trainer"]["steps_per_s"]
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
     if sweep:
         out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode)
@@ -357,8 +343,8 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
 
 def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Tensor, s: dict[str, Any],
                  steps: int, trials: int, warmup: int, mode: str = "auto") -> dict[str, Any]:
-    from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared, member_setup
-    from dpsynth.methods.fast_step import FastStep
+    from dpsynth.methods.dp_sinkhorn.step import FastStep
+    from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared, member_setup
 
     if k < 1:
         raise ConfigError(f"bench: --sweep must be >= 1, got {k}")
@@ -393,7 +379,7 @@ def run_dp_sinkhorn(args: argparse.Namespace) -> int:
     from dpsynth.io import write_json
 
     out = bench_dp_sinkhorn(args.device, args.steps, args.trials, args.warmup, args.threads, args.sweep,
-                            args.records, trainer=not args.skip_trainer, sweep_mode=args.sweep_mode)
+                            args.records, sweep_mode=args.sweep_mode)
     r = out["steps"]
     line = ", ".join(f"{k} {v['steps_per_s']:.3f} steps/s" for k, v in r.items())
     print(f"[{out['device']}, {out['threads']} threads, load {out['loadavg_before'][0]:.2f}] {line}; "

@@ -111,7 +111,7 @@ def _train_sweep(args: argparse.Namespace) -> int:
     sweep, cells = params.sweeps[args.sweep], params.cells_of(args.sweep)
     summaries: dict[str, dict] = {}
     if sweep.train_together:
-        from dpsynth.methods.sweep_train import cell_done, group_by_shape, train_together
+        from dpsynth.methods.dp_sinkhorn.together import cell_done, group_by_shape, train_together
 
         ctxs = []
         for cell in cells:

@@ -278,7 +278,7 @@ def release_problem(ctx: TrainContext, state: dict[str, Any]) -> str | None:
     return None
 
 
-#: Marks a cell checkpoint a batched sweep wrote (``methods.sweep_train``): finished, not yet released.
+#: Marks a cell checkpoint a batched sweep wrote (``methods.dp_sinkhorn.together``): finished, not yet released.
 TOGETHER_KEY = "trained_together"
 
 

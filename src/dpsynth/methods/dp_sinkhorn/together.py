@@ -1,7 +1,7 @@
 """Train the cells of a DP-Sinkhorn sweep together on one device (issue #20, DESIGN 10).
 
 A sweep's cells differ in their cost mix ``m``, clip or noise, but share the generator, the
-batch and the solver, so :class:`~dpsynth.methods.batched_sweep.BatchedSweep` can step them
+batch and the solver, so :class:`~dpsynth.methods.dp_sinkhorn.sweep.BatchedSweep` can step them
 in lock-step with stacked parameters -- the point on a GPU, where one cell's small
 convolutions leave the device idle. Cells with different ``p`` (a different generated batch)
 form separate groups, trained one after another.
@@ -46,8 +46,7 @@ from dpsynth.methods.base import (
     set_rng_state,
     sigterm_flag,
 )
-from dpsynth.methods.batched_sweep import BatchedSweep, SweepMember, SweepShared
-from dpsynth.methods.dp_sinkhorn import (
+from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,
     LOG_FIELDS,
@@ -56,6 +55,7 @@ from dpsynth.methods.dp_sinkhorn import (
     records_to_float,
     validate_data,
 )
+from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 

@@ -1,7 +1,16 @@
-"""A fast DP-Sinkhorn training step with the trainer's math (DESIGN 10).
+"""THE DP-Sinkhorn step: every variant, the CUDA graph, the batched sweep and the benchmark run it.
+
+One step: draw the real batch (Poisson at q = B / N, or one fixed partition for the adversarial
+variant), generate a FIXED batch of n + n' images (n = B, n' = floor(p n)), embed
+(image, alpha_c * onehot), compute the semi-debiased loss ``2 W(X[:n], Y) - W(X[:n],
+X[n':n+n'])`` and back-propagate through the sanitizer, which clips the gradient w.r.t. the
+first n images as one tensor to C and adds N(0, (2 C sigma)^2) noise (the n' images, which never
+meet real data, are clipped only). The ``param`` ablation instead clips and noises the whole
+parameter gradient. An empty Poisson batch still counts as a step: the real term contributes
+no gradient, the sanitizer still releases noise, and the accountant charges it.
 
 The step is tiny (60 generated vs ~50 real points), so its cost is overhead plus the
-generator's convolutions. What this module changes, and why each change keeps the math:
+generator's convolutions. What keeps it fast, and why each choice keeps the math:
 
 * **The loss** is :func:`dpsynth.ot.losses.semi_debiased_loss`: one stacked Sinkhorn solve
   for both OT terms, through the one loop of ``ot/sinkhorn.py``, never reading the host.
@@ -19,8 +28,11 @@ generator's convolutions. What this module changes, and why each change keeps th
   graph; latents, labels, the Poisson draw and the noise are drawn outside the graph into
   static buffers from the same generators.
 
-Nothing here knows about checkpoints or logs: :class:`FastStep` is a drop-in replacement
-for ``dp_sinkhorn._step`` given the same generator, optimizer, data and torch.Generators.
+:class:`AdversarialStep` is the ICLR adversarial variant as a subclass: its batch is a
+partition, its points carry learned features, and after the generator's update the
+partition's feature extractor ascends the loss. Nothing here knows about checkpoints or
+logs (``run.py``). tests/reference_dp_sinkhorn.py holds this step to an independent,
+plain float64 formula.
 """
 
 from __future__ import annotations
@@ -34,24 +46,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
+from dpsynth.methods.dp_sinkhorn.batch import partition_batch, poisson_batch, poisson_capacity, poisson_fixed
 from dpsynth.nets.dcgan import DCGANGenerator
+from dpsynth.nets.features import FeatureExtractor
 from dpsynth.ot.costs import MixedL2L1Cost
 from dpsynth.ot.losses import semi_debiased_loss
-from dpsynth.ot.sinkhorn import check_solver_args
+from dpsynth.ot.sinkhorn import check_solver_args, entropic_ot
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
-__all__ = [
-    "StepSpec",
-    "FastStep",
-    "fast_forward",
-    "poisson_fixed",
-    "poisson_capacity",
-]
+__all__ = ["StepSpec", "FastStep", "AdversarialStep", "fast_forward", "embed_points", "step_loss"]
 
 
 @dataclass(frozen=True)
 class StepSpec:
-    """Everything one DP-Sinkhorn step needs besides tensors (mirrors ``dp_sinkhorn.train``)."""
+    """Everything one DP-Sinkhorn step needs besides tensors (``run.py`` builds it from the plan)."""
 
     n: int  # generated points that meet real data (= batch_size)
     n_extra: int  # n' = floor(p n)
@@ -111,44 +119,11 @@ def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None) -> Tensor:
     return h.contiguous()
 
 
-# --------------------------------------------------------------------------- Poisson batches
-
-
-def poisson_capacity(n_records: int, q: float, tail: float = 1e-15) -> int:
-    """Smallest multiple of 16 that a Binomial(N, q) batch exceeds with probability < ``tail``
-    per step (Chernoff bound), so a fixed-capacity buffer essentially never overflows; an
-    overflow is still detected and refused by :meth:`FastStep.check`."""
-    mu = n_records * q
-    k = mu + math.sqrt(2.0 * mu * math.log(1.0 / tail)) + math.log(1.0 / tail)  # Bernstein-type bound
-    return int(min(n_records, max(16, -(-int(math.ceil(k)) // 16) * 16)))
-
-
-def poisson_fixed(x_all: Tensor, y_all: Tensor, q: float, gen: torch.Generator, capacity: int
-                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Poisson sample into ``capacity`` slots without host syncs: (xs, ys, w, k, overflow).
-
-    The same ``torch.rand(N) < q`` draw as the trainer; members are scattered to their rank
-    (cumsum) and the weights are ``1/k`` on the first ``k`` slots, 0 elsewhere.
-    """
-    n = x_all.shape[0]
-    mask = torch.rand(n, generator=gen, device=x_all.device) < q
-    rank = torch.cumsum(mask.to(torch.int64), 0) - 1
-    k = mask.sum()
-    slot = torch.where(mask & (rank < capacity), rank, torch.full_like(rank, capacity))  # dump slot
-    idx = torch.zeros(capacity + 1, dtype=torch.int64, device=x_all.device)
-    idx.scatter_(0, slot, torch.arange(n, device=x_all.device))
-    idx = idx[:capacity]
-    live = torch.arange(capacity, device=x_all.device) < k
-    xs = x_all[idx] * live.reshape(-1, *([1] * (x_all.ndim - 1))).to(x_all.dtype)
-    ys = torch.where(live, y_all[idx], torch.zeros_like(y_all[idx]))
-    w = live.to(x_all.dtype) / k.clamp_min(1).to(x_all.dtype)
-    return xs, ys, w, k, k > capacity
-
-
 # --------------------------------------------------------------------------- the step
 
 
-def _embed(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha_c: float) -> Tensor:
+def embed_points(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha_c: float) -> Tensor:
+    """Joint (record, alpha_c * onehot(label)) space of (N, ...) records; unconditional: the record alone."""
     flat = points.reshape(points.shape[0], -1)
     if labels is None or num_classes is None:
         return flat
@@ -156,14 +131,21 @@ def _embed(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha
     return torch.cat([flat, alpha_c * onehot], dim=-1)
 
 
-class FastStep:
-    """One DP-Sinkhorn step, like ``dp_sinkhorn._step`` for the image sanitizer, the parameter
-    sanitizer (``param_sanitizer``, eager only) or none.
+def step_loss(spec: StepSpec, cost: MixedL2L1Cost, xg: Tensor, yr: Tensor, w: Tensor) -> Tensor:
+    """The step's loss on embedded points: ``xg`` (..., n + n', D) generated, ``yr`` (..., M, D)
+    real with weights ``w``; a leading axis holds a batched sweep's members."""
+    return semi_debiased_loss(xg, yr, real_weights=w, n=spec.n, n_extra=spec.n_extra, eps=spec.eps, cost=cost,
+                              n_iter=spec.n_iter, scaling=spec.scaling, validate=False)
 
-    ``gens`` holds the trainer's three torch.Generators (``model``, ``data``, ``noise``),
-    consumed in the trainer's order, so a run equals ``dp_sinkhorn.train`` given the same seed
-    (up to float rounding: the stacked solve and the rewritten last layer round differently).
-    Call it to take a step; it returns ``(loss, k)`` as device tensors (no host sync on CUDA).
+
+class FastStep:
+    """One DP-Sinkhorn step with the image sanitizer (``spec.sigma``), the parameter sanitizer
+    (``param_sanitizer``, eager only) or none.
+
+    ``gens`` holds the run's three torch.Generators (``model``: latents and labels, seeded;
+    ``data``: the batch draw, secret; ``noise``: the sanitizer's noise, secret), each consumed
+    in the same order every step, so a resumed run continues exactly. Call it to take a step; it
+    returns ``(loss, k)`` as device tensors (no host sync on CUDA).
     """
 
     def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
@@ -193,38 +175,47 @@ class FastStep:
                                                  noise_buffer=buf)
         self._graph: Any = None
 
-    # -- pieces shared by the eager and captured paths
+    # -- pieces shared by the eager and captured paths (and the variants)
     def _draw(self) -> tuple[Tensor, Tensor | None]:
         total = self.spec.n + self.spec.n_extra
         z = self.G.sample_latent(total, self.gens["model"])
         labels = self.G.sample_labels(total, self.gens["model"])
         return z, labels
 
+    def _batch(self) -> tuple[Tensor, Tensor, Tensor, int]:
+        """The real batch of an eager step: a Poisson sample (each record with probability q)."""
+        return poisson_batch(self.x_all, self.y_all, self.spec.q, self.gens["data"])
+
+    def _points(self, imgs: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
+        """Generated and real points in the space the loss compares them in."""
+        nc = self.spec.num_classes if self.conditional else None
+        return (embed_points(imgs, labels, nc, self.spec.alpha_c),
+                embed_points(xs, ys if self.conditional else None, nc, self.spec.alpha_c))
+
     def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
-        s = self.spec
         imgs = fast_forward(self.G, z, labels)
         if self.sanitizer is not None:
             imgs = self.sanitizer.attach(imgs)
-        xg = _embed(imgs, labels, s.num_classes if self.conditional else None, s.alpha_c)
-        yr = _embed(xs, ys if self.conditional else None, s.num_classes if self.conditional else None, s.alpha_c)
-        loss = semi_debiased_loss(xg, yr, real_weights=w, n=s.n, n_extra=s.n_extra, eps=s.eps, cost=self.cost,
-                                  n_iter=s.n_iter, scaling=s.scaling, validate=False)
+        xg, yr = self._points(imgs, labels, xs, ys)
+        loss = step_loss(self.spec, self.cost, xg, yr, w)
         self.opt.zero_grad(set_to_none=False)
         loss.backward()
         return loss.detach()
 
+    def _after_update(self) -> None:
+        """What a variant does once the generator has moved (the adversary's turn)."""
+
     # -- eager (CPU, or CUDA without graphs)
     def _eager(self) -> tuple[Tensor, Tensor]:
-        from dpsynth.methods.dp_sinkhorn import _poisson_batch  # same layer; the trainer's exact draw
-
-        xs, ys, w, k = _poisson_batch(self.x_all, self.y_all, self.spec.q, self.gens["data"])
+        xs, ys, w, k = self._batch()
         z, labels = self._draw()
         loss = self._loss_backward(z, labels, xs, ys, w)
         if self.param_sanitizer is not None:
             self.param_sanitizer.sanitize_()  # refuses a non-finite gradient itself (PrivacyError)
         if self.device.type == "cpu":
-            self.check()  # free on CPU: refuse before the optimizer moves, like the trainer
+            self.check()  # free on CPU: refuse before the optimizer moves
         self.opt.step()
+        self._after_update()
         return loss, torch.tensor(k)
 
     # -- CUDA graph
@@ -310,3 +301,75 @@ class FastStep:
         if last is None:
             return {"clean_norm": float("nan"), "noise_norm": 0.0}
         return {"clean_norm": last.clean_norm, "noise_norm": last.noise_norm}
+
+
+class AdversarialStep(FastStep):
+    """DP-Sinkhorn's adversarial variant (ICLR 2021, App. D.3) as a variant of the one step.
+
+    The records are split into k fixed partitions (the paper's batches-as-records); each step
+    draws one uniformly (the accountant's sampling without replacement, q = 1/k), and partition
+    j's own feature extractor phi_j appends ``alpha_a * phi_j(img) / ||phi_j(img)||`` to every
+    point, so the squared L2 cost gains ``alpha_a^2 ||u(a) - u(b)||^2`` (the paper's
+    concatenation). The generator's update is :class:`FastStep`'s -- same loss, same sanitizer;
+    then phi_j ascends the full Sinkhorn loss ``S_p(X, Y) - W(Y, Y)`` on the detached points.
+    phi_j sees partition j's records, whose step is accounted as a whole, and only the
+    generator is released. Eager only (no CUDA graph: the partition, hence phi_j, changes).
+    """
+
+    def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
+                 gens: dict[str, torch.Generator], *, partitions: Tensor, alpha_a: float, feature_lr: float,
+                 param_sanitizer: Any = None) -> None:
+        super().__init__(G, opt, x_all, y_all, spec, gens, cuda_graph=False, param_sanitizer=param_sanitizer)
+        if spec.m != 0:
+            raise ConfigError("AdversarialStep: the adversarial variant has no L1 cost mix (m must be 0)")
+        if x_all.ndim != 4:
+            raise ConfigError("AdversarialStep: the adversarial variant needs image records (N, C, H, W)")
+        self.parts = partitions
+        self.phis = [FeatureExtractor(x_all.shape[1]).to(device=self.device, dtype=x_all.dtype)
+                     for _ in range(partitions.shape[0])]
+        self.phi_opts: dict[int, torch.optim.Optimizer] = {}
+        self.alpha_a, self.feature_lr = float(alpha_a), float(feature_lr)
+        self._j = -1
+        self._turn: tuple[Tensor, ...] | None = None
+
+    def _batch(self) -> tuple[Tensor, Tensor, Tensor, int]:
+        xs, ys, w, k, self._j = partition_batch(self.parts, self.x_all, self.y_all, self.gens["data"])
+        self.phis[self._j].train()
+        return xs, ys, w, k
+
+    def _features(self, imgs: Tensor) -> Tensor:
+        feat = self.phis[self._j](imgs).reshape(imgs.shape[0], -1)
+        return self.alpha_a * feat / feat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+    def _points(self, imgs: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
+        xg, yr = super()._points(imgs, labels, xs, ys)
+        self._turn = (imgs.detach(), xs, xg.detach(), yr.detach())  # what the adversary's turn needs
+        return torch.cat([xg, self._features(imgs)], -1), torch.cat([yr, self._features(xs)], -1)
+
+    def _after_update(self) -> None:
+        assert self._turn is not None
+        imgs, xs, xg, yr = self._turn
+        self._turn = None
+        j = self._j
+        if j not in self.phi_opts:
+            self.phi_opts[j] = torch.optim.Adam(self.phis[j].parameters(), lr=self.feature_lr)
+        xa, ya = torch.cat([xg, self._features(imgs)], -1), torch.cat([yr, self._features(xs)], -1)
+        w = torch.full((ya.shape[0],), 1.0 / ya.shape[0], dtype=ya.dtype, device=ya.device)
+        s = self.spec
+        s_adv = step_loss(s, self.cost, xa, ya, w) - entropic_ot(ya, ya, eps=s.eps, cost=self.cost, n_iter=s.n_iter,
+                                                                  scaling=s.scaling, validate=False)
+        self.phi_opts[j].zero_grad(set_to_none=True)
+        (-s_adv).backward()
+        self.phi_opts[j].step()
+
+    def adversary_state(self) -> dict[str, Any]:
+        """The feature extractors and their optimizers (part of the run's private checkpoint)."""
+        return {"phis": [phi.state_dict() for phi in self.phis],
+                "opts": {j: o.state_dict() for j, o in self.phi_opts.items()}}
+
+    def load_adversary_state(self, state: dict[str, Any]) -> None:
+        for phi, sd in zip(self.phis, state["phis"]):
+            phi.load_state_dict(sd)
+        for j, sd in state["opts"].items():
+            self.phi_opts[j] = torch.optim.Adam(self.phis[j].parameters(), lr=self.feature_lr)
+            self.phi_opts[j].load_state_dict(sd)

@@ -29,9 +29,12 @@ semi-debias fraction ``p`` (they fix the generated batch ``n + floor(p n)``), th
 the Sinkhorn iterations and the optimizer's hyperparameters. A ``p`` grid runs as one batched
 sweep per ``p`` value (:func:`group_members`).
 
-The one-at-a-time reference is :func:`train_one`: the same member trained alone with
-:class:`~dpsynth.methods.fast_step.FastStep` (itself equal to ``dp_sinkhorn.train``'s step,
-see tests/test_fast_step.py). Equality is tested in tests/test_batched_sweep.py.
+The step is the one step's code run over members: the same Poisson draw
+(``batch.poisson_batch``), the same sanitizer (each member's own ``WholeBatchSanitizer``,
+attached to its slice), the same embedding and loss (``step.embed_points``, ``step.step_loss``:
+one stacked Sinkhorn solve for all K x 2 problems). :func:`train_one` trains a member alone with
+:class:`~dpsynth.methods.dp_sinkhorn.step.FastStep`; tests/test_batched_sweep.py holds every
+member of a sweep to it.
 """
 
 from __future__ import annotations
@@ -47,9 +50,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
-from dpsynth.methods.fast_step import FastStep, StepSpec, _embed, fast_forward
+from dpsynth.methods.dp_sinkhorn.batch import poisson_batch
+from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
 from dpsynth.ot.costs import MixedL2L1Cost
-from dpsynth.ot.losses import semi_debiased_loss
 from dpsynth.nets import build_generator
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
@@ -189,6 +192,8 @@ class BatchedSweep:
                                                                defer_check=True)
             for mem, g in zip(self.members, self.gens)]
         self.guards = [_guard(shared, mem) for mem in self.members]
+        # The solver settings every member shares (n, n', eps, iterations), as a StepSpec.
+        self.loss_spec = self.members[0].spec(shared, self.num_classes)
         # Each member's cost mix m weighs its own problem of the one stacked solve.
         self.cost = MixedL2L1Cost(torch.tensor([mem.m for mem in self.members], dtype=shared.dtype,
                                                device=self.device))
@@ -218,13 +223,11 @@ class BatchedSweep:
 
     def step(self) -> Tensor:
         """One step of every member; returns the K losses (device tensor, no host sync)."""
-        from dpsynth.methods.dp_sinkhorn import _poisson_batch
-
         sh = self.shared
         for guard in self.guards:  # every member's accountant, before anything is released
             if guard is not None:
                 guard.step()
-        batches = [_poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
+        batches = [poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
         self.last_real = [b[3] for b in batches]  # each member's Poisson batch size (its log's real_batch)
         size = max(b[0].shape[0] for b in batches)
         xs = torch.zeros((len(batches), size, *self.x_all.shape[1:]), dtype=sh.dtype, device=self.device)
@@ -243,12 +246,11 @@ class BatchedSweep:
         imgs = torch.stack([im if san is None else san.attach(im)
                             for im, san in zip(imgs.unbind(0), self.sanitizers)])
         nc = self.num_classes
-        xg = torch.stack([_embed(imgs[i], None if labels is None else labels[i], nc, sh.alpha_c)
+        xg = torch.stack([embed_points(imgs[i], None if labels is None else labels[i], nc, sh.alpha_c)
                           for i in range(len(self.members))])
-        yr = torch.stack([_embed(xs[i], None if nc is None else ys[i], nc, sh.alpha_c)
+        yr = torch.stack([embed_points(xs[i], None if nc is None else ys[i], nc, sh.alpha_c)
                           for i in range(len(self.members))])
-        losses = semi_debiased_loss(xg, yr, real_weights=w, n=sh.n, n_extra=sh.n_extra, eps=sh.eps, cost=self.cost,
-                                    n_iter=sh.n_iter, scaling=sh.scaling, validate=False)
+        losses = step_loss(self.loss_spec, self.cost, xg, yr, w)
         self.opt.zero_grad(set_to_none=False)
         losses.sum().backward()  # members share no parameter: each gets its own gradient
         if self.device.type == "cpu":

@@ -1,0 +1,144 @@
+"""What a DP-Sinkhorn run is, before any step: its data checks, generator, optimizer, privacy
+schedule (sigma and steps), the adversarial variant's partitions and the final privacy report.
+
+Everything here reads the experiment and the data's shape only; nothing touches a gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpsynth.data.dataset import validate_arrays
+from dpsynth.errors import DataError, DpsynthError
+from dpsynth.methods.base import TrainContext, images_to_float
+from dpsynth.privacy import accounting as acc
+from dpsynth.privacy.report import PrivacyReport, dp_sgd_report
+
+#: DP-Sinkhorn's default Sinkhorn iterations per solve (annealed from the largest cost down
+#: to eps with factor ``sinkhorn_scaling``; ~16 annealing iterations, the rest at eps).
+DEFAULT_ITERS = 30
+LOG_EVERY = 25
+#: ``hparams.model_dim`` of the published DCGAN generator (channels 256, 128, 64 = 4d, 2d, d).
+DCGAN_WIDTH = 64
+LOG_FIELDS = ["loss", "real_batch", "clean_norm", "noise_norm", "epsilon", "steps_per_s"]
+#: DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1.
+PARAM_CLIP = 1.0
+
+
+def validate_data(ctx: TrainContext) -> None:
+    """Clear errors before any training: the data layer's checks (dtype, shape, empty data, labels),
+    then what this method needs (a generator for the image size, batch <= N)."""
+    d, h = ctx.data, ctx.experiment.hparams
+    validate_arrays(ctx.name, {"x_train": d.x_train, "y_train": d.y_train, "x_test": d.x_test,
+                               "y_test": d.y_test}, d.num_classes, f"{ctx.name} (training data)")
+    if d.x_train.ndim == 4 and d.x_train.shape[2:] not in ((28, 28), (32, 32)):
+        raise DataError(f"{ctx.name}: generators exist for 28x28 and 32x32 images, got {d.x_train.shape[2:]}")
+    if h.batch_size > d.x_train.shape[0]:
+        raise DataError(f"{ctx.name}: batch_size {h.batch_size} is larger than the dataset "
+                        f"({d.x_train.shape[0]} records)")
+    if h.adversarial and not d.is_image:
+        raise DataError(f"{ctx.name}: the adversarial variant needs image data")
+    if h.adversarial and h.m > 0:
+        raise DpsynthError(f"{ctx.name}: hparams.m = {h.m}: the adversarial variant (ICLR 2021) appends learned "
+                           "features to each point under the squared L2 cost; it has no L1 cost mix (set m: 0)")
+
+
+def generator_arch(ctx: TrainContext) -> dict[str, Any]:
+    """Architecture from the hyperparameters and the data's shape (DESIGN 5.1)."""
+    h, d = ctx.experiment.hparams, ctx.data
+    if d.x_train.ndim == 2:
+        if h.generator != "mlp":
+            raise DpsynthError(f"{ctx.name}: point-cloud data needs hparams.generator 'mlp', not {h.generator!r}")
+        return {"name": "mlp", "kwargs": {"latent_dim": 2, "output_dim": int(d.x_train.shape[1]),
+                                          "hidden": [256, 256], "latent_dist": "uniform_symmetric"}}
+    c, size = d.x_train.shape[1], d.x_train.shape[2]
+    if h.generator == "dcgan":
+        kwargs = {"latent_dim": 12 if c == 1 else 32, "num_classes": d.num_classes, "embed_dim": 4,
+                  "out_channels": c, "image_size": size}
+        if h.model_dim != DCGAN_WIDTH:  # (4d, 2d, d): the published (256, 128, 64) is d = 64
+            kwargs["channels"] = [4 * h.model_dim, 2 * h.model_dim, h.model_dim]
+    elif h.generator == "biggan":
+        kwargs = {"latent_dim": 32, "num_classes": d.num_classes, "out_channels": c, "image_size": size}
+    else:
+        raise DpsynthError(f"{ctx.name}: hparams.generator {h.generator!r} is not a DP-Sinkhorn image generator "
+                           f"(dcgan or biggan)")
+    return {"name": h.generator, "kwargs": kwargs}
+
+
+def records_to_float(x: np.ndarray) -> torch.Tensor:
+    """Images -> [-1, 1] (tanh output); point clouds are used as they are."""
+    return images_to_float(x, "tanh") if x.ndim == 4 else torch.from_numpy(x.astype(np.float32))
+
+
+def make_partitions(n_records: int, batch_size: int, k: int | None, seed: int) -> np.ndarray:
+    """Adversarial variant: a seeded split into k equal partitions (the paper's batches-as-records,
+    k = N // B by default); the N - k * (N // k) leftover records are never used."""
+    k = k or n_records // batch_size
+    if k < 2:
+        raise DataError(f"the adversarial variant needs at least 2 partitions; N={n_records}, "
+                        f"batch_size={batch_size} gives {k}")
+    size = n_records // k
+    return np.random.default_rng(seed).permutation(n_records)[: k * size].reshape(k, size)
+
+
+def sampling(ctx: TrainContext) -> tuple[float, str, np.ndarray | None]:
+    """(q, sampling scheme, partitions): Poisson at q = B / N, or for the adversarial variant one
+    of k fixed partitions drawn uniformly (q = 1 / k, without replacement)."""
+    h, n_records = ctx.experiment.hparams, ctx.data.x_train.shape[0]
+    if h.adversarial:
+        parts = make_partitions(n_records, h.batch_size, h.partitions, ctx.seed)
+        return 1.0 / parts.shape[0], "without_replacement", parts
+    return h.batch_size / n_records, "poisson", None
+
+
+def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float | None, int]:
+    """(sigma, steps) from the plan: derive the steps from sigma, or calibrate sigma to the steps."""
+    plan, h = ctx.privacy_plan, ctx.experiment.hparams
+    if not plan["enabled"]:
+        steps = plan.get("steps") or h.max_steps
+        if steps is None:
+            raise DpsynthError(f"{ctx.name}: a non-private run needs hparams.max_steps (or a scale step budget)")
+        return None, int(steps)
+    if plan["mode"] == "derive_steps":
+        sigma = float(plan["sigma"])
+        steps = acc.max_steps(sigma, q, plan["delta"], plan["epsilon"], conversion="classic", sampling=sampling)
+        if steps < 1:
+            raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan['epsilon']}")
+    else:
+        steps = int(plan["steps"])
+        sigma = acc.calibrate_sigma(q, steps, plan["delta"], plan["epsilon"], conversion="classic",
+                                    sampling=sampling)
+    return sigma, steps
+
+
+def make_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:
+    """The generator's optimizer from the hyperparameters. ``capturable`` (CUDA only) keeps
+    Adam's/RMSprop's step counter on the device, which a CUDA graph needs; the update is the same."""
+    if h.optimizer == "adam":
+        return torch.optim.Adam(params, lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay,
+                                capturable=capturable)
+    if h.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=h.lr, weight_decay=h.weight_decay)
+    return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay, capturable=capturable)
+
+
+def final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: float, sampling: str,
+                 extra: dict[str, Any]) -> PrivacyReport:
+    """The released privacy report of a finished run (what the accountant says of its steps)."""
+    h, plan, n = ctx.experiment.hparams, ctx.privacy_plan, ctx.data.x_train.shape[0]
+    if sigma is None:
+        return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0,
+                             epsilon={"non_private": math.inf}, headline="non_private", steps=steps_done,
+                             dataset_size=n, batch_size=h.batch_size, extra=extra)
+    mech = {"image": "dp_sinkhorn image-gradient (whole-batch clip, sensitivity 2C)",
+            "param": "dp_sinkhorn parameter-gradient (grad_theta ablation)"}[h.sanitizer]
+    if h.adversarial:
+        mech += ", adversarial features; one of k fixed partitions per step (Wang et al. 2019, replace-one)"
+    return dp_sgd_report(mechanism=mech, sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps_done,
+                         delta=plan["delta"], sampling=sampling, q=q,
+                         clip=h.clip if h.sanitizer == "image" else PARAM_CLIP,
+                         target_epsilon=plan["epsilon"], extra=extra)

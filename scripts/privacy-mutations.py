@@ -8,11 +8,11 @@ Usage: .venv/bin/python scripts/privacy-mutations.py [INDEX ...]"""
 import subprocess, sys, pathlib
 R = pathlib.Path(__file__).resolve().parents[1]
 M = [
- ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+ ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma / 2 if private and h.sanitizer == \"image\" else None, q=q)"),
- ("q/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+ ("q/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q / 2)"),
- ("q x2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn.py",
+ ("q x2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma if private and h.sanitizer == \"image\" else None, q=2 * q)"),
  ("clip x2 (the whole-batch sanitizer every DP-Sinkhorn path trains with)", "src/dpsynth/privacy/sanitizers.py",
   "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)", "priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), 2 * self.clip)"),
@@ -23,8 +23,8 @@ M = [
  ("noise on the wrong tensor (before the clip, param ablation)", "src/dpsynth/privacy/sanitizers.py",
   "        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)\n        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)\n        released = clipped + noise",
   "        noise = _noise(grads.reshape(grads.shape[0], -1).shape, self.noise_std, self.generator, grads)\n        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1) + noise, self.clip)\n        released = clipped"),
- ("sigma/2 in the param ablation", "src/dpsynth/methods/dp_sinkhorn.py",
-  "ParamGradSanitizer(list(G.parameters()), clip_param, sigma,", "ParamGradSanitizer(list(G.parameters()), clip_param, sigma / 2,"),
+ ("sigma/2 in the param ablation", "src/dpsynth/methods/dp_sinkhorn/run.py",
+  "ParamGradSanitizer(list(G.parameters()), PARAM_CLIP, sigma,", "ParamGradSanitizer(list(G.parameters()), PARAM_CLIP, sigma / 2,"),
  ("sigma/2 in the GS-WGAN step", "src/dpsynth/methods/gs_wgan.py",
   "PerSampleSanitizer(h.clip, sigma, h.batch_size", "PerSampleSanitizer(h.clip, sigma / 2, h.batch_size"),
  ("clip x2 (per-sample sanitizer)", "src/dpsynth/privacy/sanitizers.py",

@@ -258,7 +258,7 @@ def test_warmstart_train_resume_bit_identical(workspace: Path, capsys: pytest.Ca
     adam = torch.load(ctx.checkpoint_path, weights_only=False)["critics"]["adam"]
     assert float(adam["steps"].sum()) == 4 * ctx.experiment.hparams.critic_steps
     part = train(_ctx(workspace, "m_resume", max_steps=3))  # "killed" after 3 steps (checkpoint at 2, then 3)
-    assert part == {"experiment": "gsw", "steps": 3, "finished": False}
+    assert (part["experiment"], part["steps"], part["finished"]) == ("gsw", 3, False)
     resumed = train(_ctx(workspace, "m_resume"))
     assert resumed["finished"] and resumed["steps"] == 4
     a = torch.load(workspace / "m_full/gsw/generator.pt", weights_only=True)["state_dict"]

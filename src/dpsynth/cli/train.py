@@ -82,9 +82,7 @@ def _train(args: argparse.Namespace) -> int:
     summary["scale"] = ctx.scale
     summary["scale_overrides"] = ctx.scale_overrides
     summary["hparams"] = ctx.experiment.hparams.model_dump(mode="json")  # as run, after the scale's overrides
-    # entropic_wgan marks a stopped run "interrupted" rather than "finished": False
-    finished = summary.get("finished", not summary.get("interrupted", False))
-    if finished and not summary.get("already_done"):
+    if summary["finished"] and not summary["already_done"]:  # every method returns loop.TrainResult
         with writing_to(ctx.out_dir / SUMMARY_FILE):
             write_json(ctx.out_dir / SUMMARY_FILE, summary)
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))

@@ -29,7 +29,6 @@ generator's output goes through the same orthonormal DCT before the loss.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,22 +39,8 @@ from torch import Tensor
 
 from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
-from dpsynth.methods.base import (
-    Checkpointer,
-    already_done,
-    release_record,
-    config_fingerprint,
-    checkpoint_if_due,
-    TrainContext,
-    TrainLog,
-    load_generator,
-    rng_state,
-    save_generator,
-    set_rng_state,
-    sigterm_flag,
-    train_progress,
-    write_public_log,
-)
+from dpsynth.methods.base import TrainContext, load_generator, rng_state, set_rng_state
+from dpsynth.methods.loop import Release, run_training
 from dpsynth.nets import build_generator
 from dpsynth.nets.base import Generator
 from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
@@ -403,9 +388,70 @@ def _privacy_report(ctx: TrainContext, noise: dict[str, Any], n_records: int) ->
     )
 
 
+class EWGANStepper:
+    """The entropic WGAN's step as the one training loop's stepper (``methods/loop.py``). Training
+    sees only locally privatized records, so its loss is post-processing: logged and released."""
+
+    log_fields = ("loss",)
+
+    def __init__(self, ctx: TrainContext, trainer: EWGANTrainer, spec: LossSpec, noise: dict[str, Any],
+                 arch: dict[str, Any], record_shape: tuple[int, ...], total: int) -> None:
+        self.ctx, self.trainer, self.spec, self.noise, self.arch = ctx, trainer, spec, noise, arch
+        self.record_shape = record_shape
+        self.log_every = max(1, total // 200)
+        self.steps_done = 0
+        self.loss = float("nan")
+
+    def step(self) -> float:
+        self.loss = self.trainer.step()
+        self.steps_done += 1
+        if not math.isfinite(self.loss):
+            raise DpsynthError(f"{self.ctx.name}: loss became {self.loss} at step {self.steps_done}; lower hparams.lr")
+        return self.loss
+
+    def check(self) -> None:
+        """Nothing deferred: the loss is checked every step."""
+
+    def log_row(self, stats: float) -> dict[str, float]:
+        return {"loss": stats}
+
+    def progress(self, stats: float) -> dict[str, float]:
+        return {"loss": stats}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.trainer.state_dict(), "spec": asdict(self.spec), "arch": self.arch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.load_state_dict(state)
+        self.steps_done = int(state["step"])
+
+    def epsilon(self) -> float:
+        """The whole local budget was spent before the first step: epsilon is that, at every step."""
+        return self.noise["epsilon"] if self.noise["epsilon"] is not None else math.inf
+
+    def release(self, steps: int) -> Release:
+        ctx, spec, noise, rs = self.ctx, self.spec, self.noise, self.record_shape
+        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(rs),
+                "output_range": "tanh" if len(rs) == 3 else "identity",
+                "sample_batch_size": self.trainer.batch, "unconditional": True,
+                "record_space": "images in [-1, 1]" if len(rs) == 3 else "points", "loss": asdict(spec)}
+        summary = {
+            "method": "entropic_wgan", "loss_name": spec.loss, "final_loss": self.loss, "p": spec.p,
+            "temperature": spec.temperature, "noise_scale": noise["noise_scale"], "epsilon": noise["epsilon"],
+            "epsilon_paper_convention": noise["epsilon_paper_convention"], "delta": noise["delta"],
+            "scale": ctx.scale, "seed": ctx.seed,
+        }
+        # The loss (computed on privatized records only) is released beside epsilon in train_log.csv.
+        return Release(self.trainer.gen, self.arch, meta, _privacy_report(ctx, noise, len(ctx.data.x_train)),
+                       public_fields=("step", "epsilon", "loss"), summary=summary)
+
+    def close(self) -> None:
+        pass
+
+
 def train(ctx: TrainContext) -> dict[str, Any]:
-    """Train (or resume) the experiment's generator; write generator.pt, privacy.json, train_log.csv
-    (the loss is computed on privatized records only, so the whole log is releasable)."""
+    """Train (or resume) the experiment's generator through the one training loop; it writes
+    generator.pt, privacy.json and train_log.csv (the whole log is releasable: see EWGANStepper)."""
     exp, hp = ctx.experiment, ctx.experiment.hparams
     record_shape = _record_shape(ctx)
     spec = loss_spec_for(exp, record_shape)
@@ -416,72 +462,14 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     if x.ndim != 2 or x.shape[1] != int(np.prod(record_shape)):
         raise DataError(f"{ctx.name}: expected privatized float records (N, {int(np.prod(record_shape))}), got "
                         f"{x.shape} -- run `dpsynth privatize {ctx.name}` first")
-    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
-    state = ckpt.load()
-    if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
-        return dict(state["summary"], already_done=True)
-
     arch = generator_arch(hp.generator, record_shape)
     torch.manual_seed(ctx.seed)
     gen = build_generator(arch["name"], **arch["kwargs"]).to(ctx.device)
     records = torch.as_tensor(np.asarray(x, dtype=np.float32), device=ctx.device)
-    trainer = EWGANTrainer(gen, records, spec, hp, ctx.seed)
-    start = 0
-    if state is not None:
-        trainer.load_state_dict(state)
-        start = int(state["step"])
-    log = TrainLog(ctx.log_path, ["loss"], resume_step=start if state is not None else None,
-                   rows=state.get("log_rows") if state is not None else None)
-    ckpt.log = log
-    log_every = max(1, total // 200)
-
-    def save(step: int, done: bool, summary: dict[str, Any] | None = None) -> None:
-        ckpt.save({**trainer.state_dict(), "step": step, "total_steps": total, "done": done,
-                   "release": release_record(ctx) if done else None,
-                   "spec": asdict(spec), "arch": arch, "summary": summary})
-
-    t0, ran, loss, step = time.perf_counter(), 0, float("nan"), start
-    bar = train_progress(ctx, total, start)
-    try:
-        with sigterm_flag() as flag:
-            while step < total:
-                if ctx.max_steps_this_run is not None and ran >= ctx.max_steps_this_run:
-                    log.flush()
-                    return {"method": "entropic_wgan", "steps": step, "interrupted": True}
-                loss = trainer.step()
-                step, ran = step + 1, ran + 1
-                if not math.isfinite(loss):
-                    raise DpsynthError(f"{ctx.name}: loss became {loss} at step {step}; lower hparams.lr")
-                bar.update(1)
-                if step % log_every == 0 or step == total:
-                    log.write(step, loss=loss)
-                    bar.set(loss=loss)  # locally privatized records only: post-processing, shown
-                checkpoint_if_due(ctx, step, total, flag, log, lambda: save(step, done=False))
-    finally:
-        bar.close()
-        log.close()
-    seconds = time.perf_counter() - t0
-    meta = {"num_classes": ctx.data.num_classes, "record_shape": list(record_shape),
-            "output_range": "tanh" if len(record_shape) == 3 else "identity",
-            "sample_batch_size": trainer.batch, "unconditional": True,
-            "record_space": "images in [-1, 1]" if len(record_shape) == 3 else "points", "loss": asdict(spec)}
-    save_generator(ctx.generator_path, gen, arch, meta)
-    # Training sees only locally privatized records, so its loss is post-processing: released in full.
-    # The whole local budget was spent before the first step: epsilon is that, at every step
-    # (the column every method's log has, which DVC's per-run plot draws).
-    eps = noise["epsilon"] if noise["epsilon"] is not None else math.inf
-    write_public_log([{**row, "epsilon": eps} for row in log.snapshot()], ctx.public_log_path,
-                     fields=("step", "epsilon", "loss"))
-    _privacy_report(ctx, noise, len(x)).write(ctx.privacy_path)
-    summary = {
-        "method": "entropic_wgan", "steps": step, "loss_name": spec.loss, "final_loss": loss, "p": spec.p,
-        "temperature": spec.temperature, "noise_scale": noise["noise_scale"], "epsilon": noise["epsilon"],
-        "epsilon_paper_convention": noise["epsilon_paper_convention"], "delta": noise["delta"],
-        "steps_per_second": round(ran / seconds, 3) if seconds > 0 else None, "resumed_from": start or None,
-        "scale": ctx.scale, "seed": ctx.seed,
-    }
-    save(step, done=True, summary=summary)
-    return summary
+    stepper = EWGANStepper(ctx, EWGANTrainer(gen, records, spec, hp, ctx.seed), spec, noise, arch, record_shape, total)
+    # No accountant: the records were privatized once, before training (seed 003, Remark 1).
+    return run_training(ctx, stepper, total_steps=total, guard=None, sigma=None, epsilon_spent=stepper.epsilon,
+                        extra={"method": "entropic_wgan"})
 
 
 def _record_shape(ctx: TrainContext) -> tuple[int, ...]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,22 +28,7 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError, DataError
-from dpsynth.methods.base import (
-    Checkpointer,
-    already_done,
-    release_record,
-    config_fingerprint,
-    checkpoint_if_due,
-    TrainContext,
-    TrainLog,
-    rng_state,
-    save_generator,
-    set_rng_state,
-    sigterm_flag,
-    show_progress_fields,
-    train_progress,
-    write_public_log,
-)
+from dpsynth.methods.base import TrainContext, rng_state, set_rng_state
 from dpsynth.methods.gswgan_critics import (
     CriticBank,
     check_finite,
@@ -54,6 +38,7 @@ from dpsynth.methods.gswgan_critics import (
     load_critics,
     real_batch,
 )
+from dpsynth.methods.loop import LOOP_LOG_FIELDS, Release, run_training
 from dpsynth.nets import GENERATORS, build_generator
 from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.privacy import accounting as acc
@@ -62,7 +47,8 @@ from dpsynth.privacy.sanitizers import PerSampleSanitizer
 
 PAPER_STEPS = 20_000  # seed 004: generator iterations (non-private runs without a step budget)
 LOG_EVERY = 10
-LOG_FIELDS = ["critic", "d_loss", "wasserstein", "g_loss", "max_sample_norm", "epsilon", "steps_per_s"]
+STEP_LOG_FIELDS = ("critic", "d_loss", "wasserstein", "g_loss", "max_sample_norm")
+LOG_FIELDS = [*STEP_LOG_FIELDS, *LOOP_LOG_FIELDS]
 
 
 # --------------------------------------------------------------------------- configuration
@@ -197,6 +183,65 @@ def generator_arch(ctx: TrainContext) -> dict[str, Any]:
                                            "out_channels": int(ctx.data.x_train.shape[1])}}
 
 
+class GSWGANStepper:
+    """GS-WGAN's step (a critic's turn on its shard, one sanitized generator step, the EMA) as the
+    one training loop's stepper (``methods/loop.py``)."""
+
+    log_fields = STEP_LOG_FIELDS
+    log_every = LOG_EVERY
+
+    def __init__(self, ctx: TrainContext, G: GSWGANGenerator, G_ema: torch.nn.Module, opt: torch.optim.Optimizer,
+                 bank: CriticBank, shards: torch.Tensor, gens: dict[str, torch.Generator],
+                 sanitizer: PerSampleSanitizer | None, arch: dict[str, Any], report: Any) -> None:
+        self.ctx, self.G, self.G_ema, self.opt, self.bank, self.shards = ctx, G, G_ema, opt, bank, shards
+        self.gens, self.sanitizer, self.arch, self.report = gens, sanitizer, arch, report
+        self.x_u8 = torch.from_numpy(ctx.data.x_train).to(ctx.device)
+        self.y_all = torch.from_numpy(ctx.data.y_train.astype(np.int64)).to(ctx.device)
+        self.steps_done = 0  # the EMA's decay depends on it
+
+    def step(self) -> dict[str, float]:
+        h = self.ctx.experiment.hparams
+        stats = train_step(self.G, self.opt, self.bank, self.x_u8, self.y_all, self.shards, h, self.gens,
+                           self.sanitizer)
+        ema_update(self.G_ema, self.G, self.steps_done, h.ema_decay)
+        self.steps_done += 1
+        return stats
+
+    def check(self) -> None:
+        """The per-sample sanitizer refuses at once (nothing is deferred)."""
+
+    def log_row(self, stats: dict[str, float]) -> dict[str, float]:
+        check_finite(stats["g_loss"], "the generator loss")
+        last = self.sanitizer.last if self.sanitizer is not None else None
+        return {"critic": stats["critic"], "d_loss": stats["d_loss"], "wasserstein": stats["wasserstein"],
+                "g_loss": stats["g_loss"], "max_sample_norm": last.clean_norm if last else float("nan")}
+
+    def progress(self, stats: dict[str, float]) -> dict[str, float]:
+        return {"wasserstein": stats["wasserstein"]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.G.state_dict(), "generator_ema": self.G_ema.state_dict(),
+                "optimizer": self.opt.state_dict(), "critics": self.bank.state_dict(), "rng": rng_state(self.gens)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.G.load_state_dict(state["generator"])
+        self.G_ema.load_state_dict(state["generator_ema"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.bank.load_state_dict(state["critics"])
+        set_rng_state(state["rng"], self.gens)
+        self.steps_done = int(state["step"])
+
+    def release(self, steps: int) -> Release:
+        ctx = self.ctx
+        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
+                "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
+                "seed": ctx.seed, "released": "ema"}
+        return Release(self.G_ema.eval(), self.arch, meta, self.report(steps))
+
+    def close(self) -> None:
+        pass
+
+
 def train(ctx: TrainContext) -> dict[str, Any]:
     validate(ctx)
     h, dev = ctx.experiment.hparams, ctx.device
@@ -207,10 +252,6 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     bank, shards_np = load_critics(ws_dir, settings, data_fingerprint(ctx.data.x_train, ctx.data.y_train), dev, ctx.name)
     bank.reset_optimizer()  # as the published main.py: warm-started weights, new Adam (a resume reloads its own)
-    shards = torch.from_numpy(shards_np).to(dev)
-    x_u8 = torch.from_numpy(ctx.data.x_train).to(dev)
-    y_all = torch.from_numpy(ctx.data.y_train.astype(np.int64)).to(dev)
-
     arch = generator_arch(ctx)
     G = build_generator(arch["name"], **arch["kwargs"], init_seed=int(np.random.SeedSequence([ctx.seed, 0x6E]).generate_state(1)[0]))
     G = G.to(dev).train()
@@ -219,75 +260,10 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     # critic pick (the subsampling), real/fake batches and sanitizer noise: all secret by default
     gens = {name: ctx.noise.torch_generator(dev, i) for i, name in enumerate(("pick", "data", "noise"), start=11)}
     sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None
-
-    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
-    state = ckpt.load()
-    step = 0
-    if state is not None:
-        step = state["step"]
-        if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
-            return {"experiment": ctx.name, "steps": step, "already_done": True, "sigma": sigma}
-        G.load_state_dict(state["generator"])
-        G_ema.load_state_dict(state["generator_ema"])
-        opt.load_state_dict(state["optimizer"])
-        bank.load_state_dict(state["critics"])
-        set_rng_state(state["rng"], gens)
-        if guard is not None:
-            guard = BudgetGuard.from_state_dict(state["guard"])
-
-    log = TrainLog(ctx.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
-                   rows=state.get("log_rows") if state is not None else None)
-    ckpt.log = log
-
-    def save_checkpoint(done: bool = False) -> None:
-        ckpt.save({"step": step, "done": done, "release": release_record(ctx) if done else None,
-                   "generator": G.state_dict(),
-                   "generator_ema": G_ema.state_dict(), "optimizer": opt.state_dict(),
-                   "critics": bank.state_dict(), "rng": rng_state(gens),
-                   "guard": guard.state_dict() if guard is not None else None})
-
-    stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
-    t_start, steps_start = time.perf_counter(), step
-    bar = train_progress(ctx, total_steps, step)
-    try:
-        with sigterm_flag() as flag:
-            while step < stop_at:
-                if guard is not None:  # refuse (PrivacyError) before a step that would exceed the target
-                    guard.step()
-                stats = train_step(G, opt, bank, x_u8, y_all, shards, h, gens, sanitizer)
-                ema_update(G_ema, G, step, h.ema_decay)
-                step += 1
-                bar.update(1)
-                if step % LOG_EVERY == 0 or step == total_steps:
-                    check_finite(stats["g_loss"], "the generator loss")
-                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
-                    eps_spent = guard.epsilon_spent() if guard is not None else math.inf
-                    log.write(step, critic=stats["critic"], d_loss=stats["d_loss"], wasserstein=stats["wasserstein"],
-                              g_loss=stats["g_loss"], epsilon=eps_spent, steps_per_s=rate,
-                              max_sample_norm=sanitizer.last.clean_norm if sanitizer and sanitizer.last else float("nan"))
-                    show_progress_fields(ctx, bar, eps_spent, wasserstein=stats["wasserstein"])
-                checkpoint_if_due(ctx, step, total_steps, flag, log, save_checkpoint)
-    finally:
-        bar.close()
-        log.close()
-    rows = log.snapshot()
-
-    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
-    if step < total_steps:  # stopped early on purpose (tests simulate a kill this way)
-        save_checkpoint()
-        return {"experiment": ctx.name, "steps": step, "finished": False}
-
-    meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
-            "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
-            "seed": ctx.seed, "released": "ema"}
-    G_ema.eval()
-    save_generator(ctx.generator_path, G_ema, arch, meta)
-    report = final_report(ctx, sigma, step, n_d, schedule, settings)
-    write_public_log(rows, ctx.public_log_path)
-    report.write(ctx.privacy_path)
-    save_checkpoint(done=True)
-    return {"experiment": ctx.name, "steps": step, "sigma": sigma, "n_critics": n_d, "schedule": schedule,
-            "steps_per_s_this_run": round(rate, 3), "epsilon": report.epsilon, "finished": True}
+    stepper = GSWGANStepper(ctx, G, G_ema, opt, bank, torch.from_numpy(shards_np).to(dev), gens, sanitizer, arch,
+                            lambda steps: final_report(ctx, sigma, steps, n_d, schedule, settings))
+    return run_training(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma,
+                        extra={"n_critics": n_d, "schedule": schedule})
 
 
 def final_report(ctx: TrainContext, sigma: float | None, steps: int, n_d: int, schedule: str,

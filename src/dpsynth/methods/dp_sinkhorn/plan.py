@@ -15,6 +15,7 @@ import torch
 from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import TrainContext, images_to_float
+from dpsynth.methods.loop import LOOP_LOG_FIELDS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.report import PrivacyReport, dp_sgd_report
 
@@ -24,7 +25,10 @@ DEFAULT_ITERS = 30
 LOG_EVERY = 25
 #: ``hparams.model_dim`` of the published DCGAN generator (channels 256, 128, 64 = 4d, 2d, d).
 DCGAN_WIDTH = 64
-LOG_FIELDS = ["loss", "real_batch", "clean_norm", "noise_norm", "epsilon", "steps_per_s"]
+#: The private diagnostics columns (the stepper's, then the loop's epsilon and steps/s).
+#: The step's private diagnostics; the log's columns are these, then the loop's (epsilon, steps/s).
+STEP_LOG_FIELDS = ("loss", "real_batch", "clean_norm", "noise_norm")
+LOG_FIELDS = [*STEP_LOG_FIELDS, *LOOP_LOG_FIELDS]
 #: DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1.
 PARAM_CLIP = 1.0
 

@@ -1,0 +1,195 @@
+"""THE training loop: every method's run goes through :func:`run_training` (issue #30).
+
+The loop is the trainer, the method is the model (Lightning's split): a method builds a
+:class:`Stepper` -- one step, its state for an exact resume, its log row, its release -- and
+the loop does, in this one order for every method:
+
+1. load the checkpoint (tied to the configuration fingerprint); a finished run whose release
+   is intact is ``already_done`` (checked here, once, before any state is loaded);
+2. per step: the budget guard first (it refuses, PrivacyError, before a step that would
+   exceed the target), then the step;
+3. every ``log_every`` steps and at the end: the stepper's deferred checks, one private
+   diagnostics row (``TrainLog``), the progress line (epsilon; the loss only for a run
+   without central DP);
+4. checkpoints on the cadence and on SIGTERM (then ``Preempted``); an early stop on purpose
+   (``max_steps_this_run``) checkpoints and returns ``finished: False``;
+5. the release: generator, public log, privacy report, then the finished checkpoint that
+   records the generator's hash.
+
+Every method returns the same :class:`TrainResult`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from dpsynth.methods.base import (
+    PUBLIC_LOG_FIELDS,
+    TOGETHER_KEY,
+    Checkpointer,
+    TrainContext,
+    TrainLog,
+    already_done,
+    checkpoint_if_due,
+    config_fingerprint,
+    release_record,
+    save_generator,
+    show_progress_fields,
+    sigterm_flag,
+    train_progress,
+    write_public_log,
+)
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport
+
+__all__ = ["LOOP_LOG_FIELDS", "Release", "Stepper", "TrainResult", "run_training"]
+
+#: The diagnostics columns the loop adds after the stepper's own.
+LOOP_LOG_FIELDS = ("epsilon", "steps_per_s")
+
+
+@dataclass
+class Release:
+    """What a finished run releases (besides the public log rows, which the loop keeps)."""
+
+    generator: torch.nn.Module
+    arch: dict[str, Any]
+    meta: dict[str, Any]
+    report: PrivacyReport
+    public_fields: tuple[str, ...] = PUBLIC_LOG_FIELDS  # the train_log.csv columns (never private values)
+    summary: dict[str, Any] = field(default_factory=dict)  # method-specific lines of the run's summary
+
+
+class Stepper(Protocol):
+    """What a method supplies to the loop."""
+
+    #: Columns of the private diagnostics log besides step, epsilon and steps_per_s.
+    log_fields: Sequence[str]
+    #: Log (and check) every this many steps.
+    log_every: int
+
+    def step(self) -> Any:
+        """One training step; returns its stats (device tensors allowed: read at log time only)."""
+
+    def check(self) -> None:
+        """Refuse (PrivacyError) what a step deferred; called before every log, checkpoint and release."""
+
+    def log_row(self, stats: Any) -> dict[str, float]:
+        """The private diagnostics of the last step (host values; may sync)."""
+
+    def progress(self, stats: Any) -> dict[str, float]:
+        """Values shown beside epsilon on the progress line of a run WITHOUT central DP."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs (weights, optimizers, every RNG, the adversary...)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def release(self, steps: int) -> Release:
+        """The generator to release, its architecture and meta, and the privacy report for ``steps``."""
+
+    def close(self) -> None:
+        """Undo what the stepper attached (hooks); runs however the loop ends."""
+
+
+@dataclass
+class TrainResult:
+    """One result type for every method (the CLI writes it to train_summary.json when finished)."""
+
+    experiment: str
+    steps: int
+    total_steps: int
+    finished: bool
+    sigma: float | None = None
+    already_done: bool = False
+    steps_this_run: int = 0
+    steps_per_s_this_run: float | None = None
+    resumed_from: int | None = None  # the checkpoint's step this run started from
+    epsilon: dict[str, float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        return {**out, **self.extra}
+
+
+def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard: BudgetGuard | None,
+                 sigma: float | None, epsilon_spent: Callable[[], float] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``stepper`` to ``total_steps`` under ``guard`` (None: no central DP) and release it.
+
+    ``epsilon_spent`` (default: the guard's, else inf) fills the log's epsilon column; a method
+    whose privacy was spent before training (local DP) passes its constant. ``extra`` is added to
+    the result (e.g. the schedule a method chose)."""
+    extra = dict(extra or {})
+    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
+    state = ckpt.load()
+    step = 0
+    if state is not None:
+        step = int(state["step"])
+        if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
+            return TrainResult(ctx.name, step, int(state.get("total_steps") or step), True, sigma,
+                               already_done=True, extra=extra).to_dict()
+        stepper.load_state_dict(state)
+        if guard is not None:
+            guard = BudgetGuard.from_state_dict(state["guard"])
+        together = state.get(TOGETHER_KEY)
+        if together:
+            extra[TOGETHER_KEY] = together
+    eps_now = epsilon_spent or (guard.epsilon_spent if guard is not None else (lambda: math.inf))
+    log = TrainLog(ctx.log_path, [*stepper.log_fields, *LOOP_LOG_FIELDS],
+                   resume_step=step if state is not None else None,
+                   rows=state.get("log_rows") if state is not None else None)
+    ckpt.log = log
+
+    def save(done: bool = False) -> None:
+        stepper.check()  # a deferred refusal stops everything: never checkpoint or release past it
+        ckpt.save({**stepper.state_dict(), "step": step, "total_steps": total_steps, "sigma": sigma, "done": done,
+                   "release": release_record(ctx) if done else None,
+                   "guard": guard.state_dict() if guard is not None else None})
+
+    stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
+    t_start, steps_start = time.perf_counter(), step
+    bar = train_progress(ctx, total_steps, step)
+    try:
+        with sigterm_flag() as flag:
+            while step < stop_at:
+                if guard is not None:
+                    guard.step()  # refuses (PrivacyError) before a step that would exceed the target
+                stats = stepper.step()
+                step += 1
+                bar.update(1)
+                if step % stepper.log_every == 0 or step == total_steps:
+                    stepper.check()
+                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+                    eps = eps_now()
+                    log.write(step, **stepper.log_row(stats), epsilon=eps, steps_per_s=rate)
+                    show_progress_fields(ctx, bar, eps, **stepper.progress(stats))
+                checkpoint_if_due(ctx, step, total_steps, flag, log, save)
+    finally:
+        bar.close()
+        log.close()
+        stepper.close()
+    stepper.check()  # nothing is released after a refused step (on a GPU the refusal is deferred)
+    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+    result = TrainResult(ctx.name, step, total_steps, step >= total_steps, sigma, steps_this_run=step - steps_start,
+                         steps_per_s_this_run=round(rate, 3), resumed_from=steps_start if state is not None else None,
+                         extra=extra)
+    if step < total_steps:  # stopped early on purpose (tests simulate a kill; benchmarks time a slice)
+        save()
+        return result.to_dict()
+
+    rel = stepper.release(step)
+    rel.report.noise = ctx.noise.describe()
+    save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)
+    write_public_log(log.snapshot(), ctx.public_log_path, fields=rel.public_fields)
+    rel.report.write(ctx.privacy_path)
+    save(done=True)
+    result.epsilon = rel.report.epsilon
+    result.extra.update(rel.summary)
+    return result.to_dict()

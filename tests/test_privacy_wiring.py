@@ -149,7 +149,7 @@ def test_dp_sinkhorn_image_step_adds_2c_sigma_noise_to_the_n_private_images_only
 def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_path, monkeypatch):
     clean_g: list[torch.Tensor] = []
     applied: list[torch.Tensor] = []
-    real_sanitize, real_make_opt = sanitizers.ParamGradSanitizer.sanitize_, dps_run.make_optimizer
+    real_sanitize, real_make_opt = sanitizers.ParamGradSanitizer.sanitize_, dps_run.generator_optimizer
 
     def sanitize(san: Any) -> Any:
         clean_g.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -168,7 +168,7 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
         return opt
 
     monkeypatch.setattr(sanitizers.ParamGradSanitizer, "sanitize_", sanitize)
-    monkeypatch.setattr(dps_run, "make_optimizer", make_opt)
+    monkeypatch.setattr(dps_run, "generator_optimizer", make_opt)
     # alpha_c and a low temperature make the parameter gradient large enough that C = 1 clips at 2C too
     ctx = _ctx(tmp_path, sanitizer="param", sigma=0.1, clip=0.5)
     dp_sinkhorn.train(ctx)

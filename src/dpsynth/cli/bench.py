@@ -145,13 +145,13 @@ def _setup(dev: torch.device, seed: int, capturable: bool = False
            ) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
     import torch
 
+    from dpsynth.methods.optim import make_optimizer
     from dpsynth.nets import build_generator
 
     s = MNIST
     torch.manual_seed(seed)
     G = build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28).to(dev)
-    kw: dict[str, Any] = {"capturable": True} if capturable else {}
-    opt = torch.optim.Adam(G.parameters(), lr=s["lr"], weight_decay=s["weight_decay"], **kw)
+    opt = make_optimizer(G.parameters(), "adam", lr=s["lr"], weight_decay=s["weight_decay"], capturable=capturable)
     gens = {k: torch.Generator(device=dev).manual_seed(seed * 1000 + i)
             for i, k in enumerate(("model", "data", "noise"), start=1)}
     gens["noise_cpu"] = torch.Generator().manual_seed(seed * 1000 + 4)

@@ -41,6 +41,7 @@ from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.base import TrainContext, load_generator, rng_state, set_rng_state
 from dpsynth.methods.loop import Release, run_training
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import build_generator
 from dpsynth.nets.base import Generator
 from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
@@ -303,13 +304,7 @@ class EWGANTrainer:
                               f"{self.batch} network simplex per step (limit {EXACT_MAX_ENTRIES:,} entries); use "
                               "a batch of at most 5000 or an entropic loss")
         params = list(gen.parameters())
-        if hp.optimizer == "adam":
-            self.opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=hp.lr, betas=hp.betas,
-                                                               weight_decay=hp.weight_decay)
-        elif hp.optimizer == "rmsprop":
-            self.opt = torch.optim.RMSprop(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        else:
-            self.opt = torch.optim.SGD(params, lr=hp.lr, weight_decay=hp.weight_decay)
+        self.opt = make_optimizer(params, hp.optimizer, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay)
         self.g_latent = torch.Generator(device=self.device).manual_seed(int(seed))
         self.g_batch = torch.Generator().manual_seed(int(seed) + 1)
         self.dct = TorchDCT(spec.dct_shape, self.device, records.dtype) if spec.dct_shape else None

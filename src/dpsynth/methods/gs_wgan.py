@@ -39,6 +39,7 @@ from dpsynth.methods.gswgan_critics import (
     real_batch,
 )
 from dpsynth.methods.loop import LOOP_LOG_FIELDS, Release, run_training
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import GENERATORS, build_generator
 from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.privacy import accounting as acc
@@ -256,7 +257,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     G = build_generator(arch["name"], **arch["kwargs"], init_seed=int(np.random.SeedSequence([ctx.seed, 0x6E]).generate_state(1)[0]))
     G = G.to(dev).train()
     G_ema = copy.deepcopy(G)
-    opt = torch.optim.Adam(G.parameters(), lr=h.lr, betas=tuple(h.betas))
+    opt = make_optimizer(G.parameters(), "adam", lr=h.lr, betas=h.betas)  # the published: no weight decay
     # critic pick (the subsampling), real/fake batches and sanitizer noise: all secret by default
     gens = {name: ctx.noise.torch_generator(dev, i) for i, name in enumerate(("pick", "data", "noise"), start=11)}
     sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None

@@ -16,6 +16,7 @@ from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.base import TrainContext, images_to_float
 from dpsynth.methods.loop import LOOP_LOG_FIELDS
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.report import PrivacyReport, dp_sgd_report
 
@@ -119,15 +120,10 @@ def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float 
     return sigma, steps
 
 
-def make_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:
-    """The generator's optimizer from the hyperparameters. ``capturable`` (CUDA only) keeps
-    Adam's/RMSprop's step counter on the device, which a CUDA graph needs; the update is the same."""
-    if h.optimizer == "adam":
-        return torch.optim.Adam(params, lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay,
-                                capturable=capturable)
-    if h.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=h.lr, weight_decay=h.weight_decay)
-    return torch.optim.RMSprop(params, lr=h.lr, weight_decay=h.weight_decay, capturable=capturable)
+def generator_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:
+    """The generator's optimizer from the hyperparameters (``methods.optim.make_optimizer``)."""
+    return make_optimizer(params, h.optimizer, lr=h.lr, betas=h.betas, weight_decay=h.weight_decay,
+                          capturable=capturable)
 
 
 def final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: float, sampling: str,

@@ -17,7 +17,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     STEP_LOG_FIELDS,
     final_report,
     generator_arch,
-    make_optimizer,
+    generator_optimizer,
     privacy_schedule,
     records_to_float,
     sampling,
@@ -112,7 +112,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     # The fast step's CUDA graph needs a capturable optimizer (SGD has no device-side state; it
     # runs the fast step eagerly) and no host-side parameter-gradient sanitizer.
     graph = dev.type == "cuda" and parts_np is None and h.optimizer != "sgd" and not (private and h.sanitizer == "param")
-    opt = make_optimizer(G.parameters(), h, capturable=graph)
+    opt = generator_optimizer(G.parameters(), h, capturable=graph)
     gens = {"model": torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1),  # latents, labels (not secret)
             "data": ctx.noise.torch_generator(dev, 2),  # Poisson sampling / partition choice: secret
             "noise": ctx.noise.torch_generator(dev, 3)}  # sanitizer noise: secret

@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import partition_batch, poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.nets.features import FeatureExtractor
 from dpsynth.ot.costs import MixedL2L1Cost
@@ -352,7 +353,7 @@ class AdversarialStep(FastStep):
         self._turn = None
         j = self._j
         if j not in self.phi_opts:
-            self.phi_opts[j] = torch.optim.Adam(self.phis[j].parameters(), lr=self.feature_lr)
+            self.phi_opts[j] = make_optimizer(self.phis[j].parameters(), "adam", lr=self.feature_lr)
         xa, ya = torch.cat([xg, self._features(imgs)], -1), torch.cat([yr, self._features(xs)], -1)
         w = torch.full((ya.shape[0],), 1.0 / ya.shape[0], dtype=ya.dtype, device=ya.device)
         s = self.spec
@@ -371,5 +372,5 @@ class AdversarialStep(FastStep):
         for phi, sd in zip(self.phis, state["phis"]):
             phi.load_state_dict(sd)
         for j, sd in state["opts"].items():
-            self.phi_opts[j] = torch.optim.Adam(self.phis[j].parameters(), lr=self.feature_lr)
+            self.phi_opts[j] = make_optimizer(self.phis[j].parameters(), "adam", lr=self.feature_lr)
             self.phi_opts[j].load_state_dict(sd)

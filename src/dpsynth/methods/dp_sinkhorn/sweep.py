@@ -51,6 +51,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import poisson_batch
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
 from dpsynth.ot.costs import MixedL2L1Cost
 from dpsynth.nets import build_generator
@@ -121,7 +122,7 @@ def member_setup(shared: SweepShared, mem: SweepMember, device: torch.device
     """Generator, Adam and generators exactly as ``dp_sinkhorn.train`` builds them for ``mem.seed``."""
     torch.manual_seed(mem.seed)
     G = build_generator(shared.arch["name"], **shared.arch["kwargs"]).to(device=device, dtype=shared.dtype)
-    opt = torch.optim.Adam(G.parameters(), lr=shared.lr, betas=shared.betas, weight_decay=shared.weight_decay)
+    opt = make_optimizer(G.parameters(), "adam", lr=shared.lr, betas=shared.betas, weight_decay=shared.weight_decay)
     return G, opt, _gens(mem.seed, device)
 
 
@@ -180,7 +181,7 @@ class BatchedSweep:
         params, buffers = stack_module_state(models)
         self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
-        self.opt = torch.optim.Adam(list(self.params.values()), lr=shared.lr, betas=shared.betas,
+        self.opt = make_optimizer(list(self.params.values()), "adam", lr=shared.lr, betas=shared.betas,
                                     weight_decay=shared.weight_decay)
         self._meta = copy.deepcopy(self.template).to("meta")
         self._loop_module = _FastForward(copy.deepcopy(self.template))

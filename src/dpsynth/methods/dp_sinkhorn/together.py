@@ -56,6 +56,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     validate_data,
 )
 from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+from dpsynth.methods.optim import make_optimizer
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 
@@ -108,7 +109,7 @@ def cell_done(ctx: TrainContext) -> bool:
 def _member_optimizer_state(sweep: BatchedSweep, i: int, G: torch.nn.Module) -> dict[str, Any]:
     """Member ``i``'s Adam state as ``dpsynth train`` would hold it: the stacked Adam's slices
     (elementwise, so slicing IS the member's own Adam)."""
-    opt = torch.optim.Adam(G.parameters(), lr=sweep.shared.lr, betas=sweep.shared.betas,
+    opt = make_optimizer(G.parameters(), "adam", lr=sweep.shared.lr, betas=sweep.shared.betas,
                            weight_decay=sweep.shared.weight_decay)
     stacked = list(sweep.params.values())
     for p_stacked, p in zip(stacked, G.parameters()):

@@ -104,7 +104,7 @@ def test_damaged_generator_is_re_released_from_the_checkpoint(run: Path, capsys:
     if damage == "garbage":
         (run / GEN).write_bytes(b"not a generator at all\n" * 10)
     elif damage == "other_weights":  # a valid generator file, but not the one this configuration released
-        from dpsynth.methods.base import load_generator, save_generator
+        from dpsynth.methods.artifacts import load_generator, save_generator
 
         blob = torch.load(run / GEN, weights_only=True)
         g, _ = load_generator(run / GEN)
@@ -152,7 +152,7 @@ def test_garbage_generator_without_checkpoint_retrains(run: Path, capsys: pytest
     rc, out, err = _cli(capsys, *TRAIN)
     assert rc == 0, err
     assert json.loads(out)["finished"] and not json.loads(out).get("already_done")
-    from dpsynth.methods.base import load_generator
+    from dpsynth.methods.artifacts import load_generator
 
     load_generator(run / GEN)
 
@@ -199,7 +199,8 @@ def test_sample_refuses_a_bad_generator_without_weights_only_advice(run: Path, k
 
 def test_load_errors_never_carry_torch_advice(tmp_path: Path) -> None:
     from dpsynth.errors import DpsynthError
-    from dpsynth.methods.base import Checkpointer, load_generator
+    from dpsynth.methods.artifacts import load_generator
+    from dpsynth.methods.checkpoint import Checkpointer
     from dpsynth.methods.gswgan_critics import load_critics
 
     bad = tmp_path / "run" / "generator.pt"
@@ -265,7 +266,7 @@ def test_torch_runtime_error_on_a_full_disk_names_the_checkpoint(
         free: int) -> None:
     """torch.save into a path raises RuntimeError without an errno: the file is named, and it is
     called a full disk when the disk is full, a failed write otherwise."""
-    import dpsynth.methods.base as base
+    import dpsynth.methods.artifacts as base
 
     shutil.copytree(finished / "data", tmp_path / "data")
     shutil.copy(finished / "params.yaml", tmp_path)

@@ -20,7 +20,8 @@ from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 from dpsynth.methods import dp_sinkhorn
 from dpsynth.nets import build_generator
 from dpsynth.privacy.randomness import NoiseSource
-from dpsynth.methods.base import TrainContext, load_generator
+from dpsynth.methods.artifacts import load_generator
+from dpsynth.methods.context import TrainContext
 from dpsynth.ot import embed_with_labels, sinkhorn_divergence
 
 PRESET = ScalePreset(n_synthetic=10, n_synthetic_sets=1, classifier_max_epochs=1, fid_samples=10)

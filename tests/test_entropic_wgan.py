@@ -18,7 +18,8 @@ from dpsynth.data.prepare import manifold_points
 from dpsynth.errors import ConfigError
 from dpsynth.evaluate.w2 import noise_sweep, w2_distance
 from dpsynth.io import read_json
-from dpsynth.methods.base import TrainContext, load_generator
+from dpsynth.methods.artifacts import load_generator
+from dpsynth.methods.context import TrainContext
 from dpsynth.methods.entropic_wgan import (
     LossSpec,
     TorchDCT,

@@ -12,7 +12,7 @@ import yaml
 
 from dpsynth.errors import DataError
 from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
-from dpsynth.methods.base import save_generator
+from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
 from dpsynth.privacy.report import dp_sgd_report
 from tests.conftest import REPO, clear_pipeline, run_cli

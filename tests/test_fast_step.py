@@ -166,7 +166,7 @@ def test_dp_sinkhorn_train_matches_reference_step_weights(tmp_path):
     a few %; the noise dominates the released gradient)."""
     from dpsynth.config import Experiment, ScalePreset, resolve_privacy
     from dpsynth.data.dataset import Dataset
-    from dpsynth.methods.base import TrainContext
+    from dpsynth.methods.context import TrainContext
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (200, 1, 28, 28), dtype=np.uint8)

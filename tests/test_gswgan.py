@@ -19,7 +19,7 @@ import yaml
 from dpsynth.cli import main as cli_main
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.methods.base import load_generator
+from dpsynth.methods.artifacts import load_generator
 from dpsynth.methods.gs_wgan import generator_step, train, train_step
 from dpsynth.methods.gswgan_critics import CriticBank, critic_step, make_shards
 from dpsynth.nets import build_generator

@@ -34,7 +34,7 @@ from dpsynth.methods import dp_sinkhorn
 from dpsynth.nets import build_generator
 from dpsynth.methods.dp_sinkhorn import run as dps_run
 from dpsynth.methods.dp_sinkhorn import step as fast_step
-from dpsynth.methods.base import TrainContext
+from dpsynth.methods.context import TrainContext
 from dpsynth.privacy import sanitizers
 from dpsynth.privacy.accounting import epsilon as acc_epsilon
 from dpsynth.privacy.audit import empirical_epsilon

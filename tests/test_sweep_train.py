@@ -32,7 +32,7 @@ def _dirs(root: Path) -> list[str]:
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
-    from dpsynth.methods.base import load_generator
+    from dpsynth.methods.artifacts import load_generator
 
     G, _ = load_generator(path)
     return {k: v.double() for k, v in G.state_dict().items()}

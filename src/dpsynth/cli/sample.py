@@ -19,7 +19,8 @@ def _sample(args: argparse.Namespace) -> int:
     from dpsynth.data.registry import get_spec
     from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, sha256_file, write_synthetic
     from dpsynth.io import read_json
-    from dpsynth.methods.base import GENERATOR_FILE, PRIVACY_FILE, load_generator, writing_to
+    from dpsynth.methods.artifacts import load_generator, writing_to
+    from dpsynth.methods.context import GENERATOR_FILE, PRIVACY_FILE
 
     apply_threads(params)
     model_dir = Path(args.models) / args.experiment

@@ -34,7 +34,7 @@ def build_context(args: argparse.Namespace):
 
     from dpsynth.config import apply_preset, resolve_privacy
     from dpsynth.data.dataset import Dataset, load_processed
-    from dpsynth.methods.base import TrainContext, subset_indices
+    from dpsynth.methods.context import TrainContext, subset_indices
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
 
@@ -70,7 +70,8 @@ def build_context(args: argparse.Namespace):
 def _train(args: argparse.Namespace) -> int:
     from dpsynth.io import write_json
     from dpsynth.methods import get_method
-    from dpsynth.methods.base import SUMMARY_FILE, writing_to
+    from dpsynth.methods.artifacts import writing_to
+    from dpsynth.methods.context import SUMMARY_FILE
 
     ctx = build_context(args)
     # _train writes the summary after the method returns: a finished run lacking it is not done

@@ -39,7 +39,9 @@ from torch import Tensor
 
 from dpsynth.config import Experiment, Hyper, LocalMechanism
 from dpsynth.errors import ConfigError, DataError, DpsynthError
-from dpsynth.methods.base import TrainContext, load_generator, rng_state, set_rng_state
+from dpsynth.methods.artifacts import load_generator
+from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import build_generator

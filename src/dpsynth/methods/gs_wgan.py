@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError, DataError
-from dpsynth.methods.base import TrainContext, rng_state, set_rng_state
+from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.context import TrainContext
 from dpsynth.methods.gswgan_critics import (
     CriticBank,
     check_finite,

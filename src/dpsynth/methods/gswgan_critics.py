@@ -28,7 +28,7 @@ from torch import Tensor
 from dpsynth.config import CRITIC_HPARAMS, Experiment, ScalePreset
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.io import write_json
-from dpsynth.methods.base import torch_load, torch_save, writing_to
+from dpsynth.methods.artifacts import torch_load, torch_save, writing_to
 from dpsynth.nets.gswgan import GSWGANGenerator, StackedCritics, bernoulli_latent
 
 PAPER_N_CRITICS = 1000  # seed 004: N_d = 1000 shards of 60 images

@@ -29,19 +29,13 @@ from typing import Any, Protocol
 
 import torch
 
-from dpsynth.methods.base import (
+from dpsynth.methods.artifacts import TOGETHER_KEY, already_done, release_record, save_generator
+from dpsynth.methods.checkpoint import Checkpointer, checkpoint_if_due, config_fingerprint, sigterm_flag
+from dpsynth.methods.context import TrainContext
+from dpsynth.methods.trainlog import (
     PUBLIC_LOG_FIELDS,
-    TOGETHER_KEY,
-    Checkpointer,
-    TrainContext,
     TrainLog,
-    already_done,
-    checkpoint_if_due,
-    config_fingerprint,
-    release_record,
-    save_generator,
     show_progress_fields,
-    sigterm_flag,
     train_progress,
     write_public_log,
 )

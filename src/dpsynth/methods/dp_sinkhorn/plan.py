@@ -14,7 +14,7 @@ import torch
 
 from dpsynth.data.dataset import validate_arrays
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.methods.base import TrainContext, images_to_float
+from dpsynth.methods.context import TrainContext, images_to_float
 from dpsynth.methods.loop import LOOP_LOG_FIELDS
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.privacy import accounting as acc

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from dpsynth.methods.base import TrainContext, rng_state, set_rng_state
+from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.context import TrainContext
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,

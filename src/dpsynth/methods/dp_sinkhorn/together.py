@@ -35,17 +35,17 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError
-from dpsynth.methods.base import (
-    TOGETHER_KEY,
+from dpsynth.methods.artifacts import TOGETHER_KEY
+from dpsynth.methods.checkpoint import (
     Checkpointer,
-    TrainContext,
-    TrainLog,
     checkpoint_if_due,
     config_fingerprint,
     rng_state,
     set_rng_state,
     sigterm_flag,
 )
+from dpsynth.methods.context import TrainContext
+from dpsynth.methods.trainlog import TrainLog
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,

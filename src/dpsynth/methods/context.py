@@ -1,0 +1,107 @@
+"""What a training run is given and where it writes (the run's context); the shared pieces of a run
+are beside it: ``artifacts`` (writing, the released generator, "already done"), ``checkpoint``
+(exact resume, SIGTERM), ``trainlog`` (the private and public logs, progress) and ``loop`` (the one
+training loop).
+
+A method module (``dpsynth.methods.<method>``) exposes ``train(ctx: TrainContext) -> dict``
+and writes into ``ctx.out_dir``:
+
+- ``generator.pt``  the released generator (``save_generator``), loadable without the method;
+- ``privacy.json``  its privacy report (``dpsynth.privacy.report``);
+- ``train_log.csv`` the RELEASABLE log: step, epsilon spent, speed (``write_public_log``);
+
+and into ``ctx.private_dir`` (never released, never a workflow output):
+
+- ``diagnostics.csv`` one row per logged step with everything the method logs (``TrainLog``):
+  losses on real batches, Poisson batch sizes, pre-clip norms -- computed on private data
+  without noise, so private;
+- ``checkpoint.pt`` the full training state for an exact resume (``Checkpointer``), including
+  the secret noise generators' states.
+
+Resuming must give bit-identical weights and the same spent budget as an uninterrupted
+run, so a checkpoint holds every RNG the step consumes (torch global, numpy, python,
+and each explicit ``torch.Generator``) besides the model/optimizer state and the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpsynth.config import Experiment, ScalePreset
+from dpsynth.data.dataset import Dataset
+from dpsynth.privacy.randomness import NoiseSource
+
+GENERATOR_FILE = "generator.pt"
+PRIVACY_FILE = "privacy.json"
+SUMMARY_FILE = "train_summary.json"  # written by the `train` CLI stage after the method returns
+LOG_FILE = "train_log.csv"  # released: PUBLIC_LOG_FIELDS only
+DIAGNOSTICS_FILE = "diagnostics.csv"  # private
+CHECKPOINT_FILE = "checkpoint.pt"  # private
+
+
+@dataclass
+class TrainContext:
+    """Everything a method needs; built by the ``train`` CLI stage from params.yaml."""
+
+    name: str
+    experiment: Experiment
+    preset: ScalePreset
+    scale: str
+    seed: int
+    data: Dataset  # the private training data the method may touch (already subset per scale)
+    out_dir: Path
+    privacy_plan: dict[str, Any]
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    checkpoint_every: int = 500  # steps
+    progress: bool = True
+    max_steps_this_run: int | None = None  # for tests: stop early (as if killed) after this many steps
+    scale_overrides: dict[str, Any] = field(default_factory=dict)  # hyperparameters the scale changed
+    warmstart_dir: Path | None = None  # GS-WGAN: the warm-started critics this run trains from
+    noise: NoiseSource = field(default_factory=NoiseSource)  # privacy-relevant randomness (secret by default)
+    private_dir: Path | None = None  # checkpoint + diagnostics; default: out_dir / "private"
+    # Released files written by the caller after ``train`` returns (the CLI's train_summary.json):
+    # a finished run counts as done only when these are present and readable too.
+    also_released: tuple[Path, ...] = ()
+
+    @property
+    def generator_path(self) -> Path:
+        return self.out_dir / GENERATOR_FILE
+
+    @property
+    def privacy_path(self) -> Path:
+        return self.out_dir / PRIVACY_FILE
+
+    @property
+    def private_path(self) -> Path:
+        return self.private_dir if self.private_dir is not None else self.out_dir / "private"
+
+    @property
+    def log_path(self) -> Path:
+        """The private diagnostics log (every logged value)."""
+        return self.private_path / DIAGNOSTICS_FILE
+
+    @property
+    def public_log_path(self) -> Path:
+        return self.out_dir / LOG_FILE
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.private_path / CHECKPOINT_FILE
+
+
+def subset_indices(n: int, subset: int | None, seed: int) -> np.ndarray | None:
+    """Deterministic stratification-free subset of the private data for a scale (None = all)."""
+    if subset is None or subset >= n:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=subset, replace=False))
+
+
+def images_to_float(x: np.ndarray, output_range: str) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> float32 in [-1, 1] ("tanh") or [0, 1] ("sigmoid")."""
+    t = torch.from_numpy(x).float() / 255.0
+    return t * 2.0 - 1.0 if output_range == "tanh" else t

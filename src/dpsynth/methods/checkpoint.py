@@ -9,7 +9,7 @@ import json
 import random
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -115,14 +115,15 @@ def sigterm_flag() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def checkpoint_if_due(ctx: TrainContext, step: int, total_steps: int, flag: dict[str, bool], log: TrainLog,
-                      save: Any) -> None:
+def checkpoint_if_due(ctx: TrainContext, step: int, total_steps: int, flag: dict[str, bool],
+                      logs: Sequence[TrainLog], save: Any) -> None:
     """Between steps: the periodic checkpoint, and on SIGTERM a final one then ``Preempted``.
 
-    The log is flushed first so a resumed run's log matches the checkpoint it resumes from."""
+    The logs are flushed first so a resumed run's logs match the checkpoint it resumes from."""
     due = step % ctx.checkpoint_every == 0 and step < total_steps
     if due or flag["stop"]:
-        log.flush()
+        for log in logs:
+            log.flush()
         save()
     if flag["stop"]:
         raise Preempted(f"{ctx.name}: SIGTERM at step {step}; checkpoint written, resubmit to resume")

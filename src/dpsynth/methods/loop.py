@@ -41,7 +41,7 @@ from dpsynth.methods.trainlog import (
 )
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport
 
-__all__ = ["LOOP_LOG_FIELDS", "Release", "Stepper", "TrainResult", "run_training"]
+__all__ = ["LOOP_LOG_FIELDS", "Release", "Stepper", "TrainResult", "drive", "run_training"]
 
 #: The diagnostics columns the loop adds after the stepper's own.
 LOOP_LOG_FIELDS = ("epsilon", "steps_per_s")
@@ -141,41 +141,32 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
                    rows=state.get("log_rows") if state is not None else None)
     ckpt.log = log
 
-    def save(done: bool = False) -> None:
+    def save(at: int, done: bool = False) -> None:
         stepper.check()  # a deferred refusal stops everything: never checkpoint or release past it
-        ckpt.save({**stepper.state_dict(), "step": step, "total_steps": total_steps, "sigma": sigma, "done": done,
+        ckpt.save({**stepper.state_dict(), "step": at, "total_steps": total_steps, "sigma": sigma, "done": done,
                    "release": release_record(ctx) if done else None,
                    "guard": guard.state_dict() if guard is not None else None})
 
-    stop_at = total_steps if ctx.max_steps_this_run is None else min(total_steps, step + ctx.max_steps_this_run)
-    t_start, steps_start = time.perf_counter(), step
     bar = train_progress(ctx, total_steps, step)
+    steps_start = step
+
+    def on_log(at: int, stats: Any, eps: Sequence[float], rate: float) -> None:
+        show_progress_fields(ctx, bar, eps[0], **stepper.progress(stats))
+
     try:
-        with sigterm_flag() as flag:
-            while step < stop_at:
-                if guard is not None:
-                    guard.step()  # refuses (PrivacyError) before a step that would exceed the target
-                stats = stepper.step()
-                step += 1
-                bar.update(1)
-                if step % stepper.log_every == 0 or step == total_steps:
-                    stepper.check()
-                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
-                    eps = eps_now()
-                    log.write(step, **stepper.log_row(stats), epsilon=eps, steps_per_s=rate)
-                    show_progress_fields(ctx, bar, eps, **stepper.progress(stats))
-                checkpoint_if_due(ctx, step, total_steps, flag, log, save)
+        step, rate = drive(ctx, stepper.step, stepper.check, step=step, total_steps=total_steps,
+                           log_every=stepper.log_every, logs=[log], rows=lambda st: [stepper.log_row(st)],
+                           epsilons=lambda: [eps_now()], guards=[guard] if guard is not None else [], save=save,
+                           on_step=lambda: bar.update(1), on_log=on_log)
     finally:
         bar.close()
-        log.close()
         stepper.close()
     stepper.check()  # nothing is released after a refused step (on a GPU the refusal is deferred)
-    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
     result = TrainResult(ctx.name, step, total_steps, step >= total_steps, sigma, steps_this_run=step - steps_start,
                          steps_per_s_this_run=round(rate, 3), resumed_from=steps_start if state is not None else None,
                          extra=extra)
     if step < total_steps:  # stopped early on purpose (tests simulate a kill; benchmarks time a slice)
-        save()
+        save(step)
         return result.to_dict()
 
     rel = stepper.release(step)
@@ -183,7 +174,47 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)
     write_public_log(log.snapshot(), ctx.public_log_path, fields=rel.public_fields)
     rel.report.write(ctx.privacy_path)
-    save(done=True)
+    save(step, done=True)
     result.epsilon = rel.report.epsilon
     result.extra.update(rel.summary)
     return result.to_dict()
+
+
+def drive(lead: TrainContext, step_fn: Callable[[], Any], check: Callable[[], None], *, step: int, total_steps: int,
+          log_every: int, logs: Sequence[TrainLog], rows: Callable[[Any], Sequence[Mapping[str, float]]],
+          epsilons: Callable[[], Sequence[float]], guards: Sequence[BudgetGuard], save: Callable[[int], None],
+          on_step: Callable[[], None] = lambda: None,
+          on_log: Callable[[int, Any, Sequence[float], float], None] = lambda at, stats, eps, rate: None,
+          ) -> tuple[int, float]:
+    """The loop proper, for one run or for a batched sweep's K runs (one log per run): from ``step``
+    to ``total_steps`` (or ``lead.max_steps_this_run`` more); returns (the step reached, steps/s).
+
+    Per step: every guard first (PrivacyError before a step past its target), then ``step_fn``.
+    Every ``log_every`` steps and at the last: ``check`` (deferred refusals), one row per log
+    (``rows(stats)``, with epsilon and steps/s), ``on_log(step, stats, epsilons, rate)``. On the checkpoint cadence and on
+    SIGTERM: every log flushed, then ``save(step)``; after a SIGTERM, ``Preempted``. The logs are closed
+    however it ends."""
+    stop_at = total_steps if lead.max_steps_this_run is None else min(total_steps, step + lead.max_steps_this_run)
+    t_start, steps_start = time.perf_counter(), step
+    rate = 0.0
+    try:
+        with sigterm_flag() as flag:
+            while step < stop_at:
+                for guard in guards:
+                    guard.step()  # refuses (PrivacyError) before a step that would exceed the target
+                stats = step_fn()
+                step += 1
+                on_step()
+                if step % log_every == 0 or step == total_steps:
+                    check()
+                    rate = (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+                    eps = list(epsilons())
+                    for log, row, e in zip(logs, rows(stats), eps, strict=True):
+                        log.write(step, **row, epsilon=e, steps_per_s=rate)
+                    on_log(step, stats, eps, rate)
+                at = step
+                checkpoint_if_due(lead, step, total_steps, flag, logs, lambda: save(at))
+    finally:
+        for log in logs:
+            log.close()
+    return step, (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,8 @@ import torch
 
 from dpsynth.errors import ConfigError
 from dpsynth.methods.artifacts import TOGETHER_KEY
-from dpsynth.methods.checkpoint import (
-    Checkpointer,
-    checkpoint_if_due,
-    config_fingerprint,
-    rng_state,
-    set_rng_state,
-    sigterm_flag,
-)
+from dpsynth.methods.checkpoint import Checkpointer, config_fingerprint, rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
-from dpsynth.methods.trainlog import TrainLog
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,
@@ -56,7 +47,9 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     validate_data,
 )
 from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+from dpsynth.methods.loop import drive
 from dpsynth.methods.optim import make_optimizer
+from dpsynth.methods.trainlog import TrainLog
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 
@@ -168,44 +161,35 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
     logs = [TrainLog(c.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
                      rows=state["member_log_rows"][i] if state is not None else None) for i, c in enumerate(ctxs)]
 
-    def save() -> None:
+    def save(at: int) -> None:
         sweep.check()
-        ckpt.save({"step": step, "params": sweep.params, "buffers": sweep.buffers,
+        ckpt.save({"step": at, "params": sweep.params, "buffers": sweep.buffers,
                    "optimizer": sweep.opt.state_dict(), "rng": [rng_state(g) for g in sweep.gens],
                    "guards": [None if g is None else g.state_dict() for g in sweep.guards],
                    "member_log_rows": [log.snapshot() for log in logs]})  # ("log_rows" is the Checkpointer's)
 
+    def rows(losses: torch.Tensor) -> list[dict[str, float]]:
+        out = []
+        for i, san in enumerate(sweep.sanitizers):
+            last = san.last if san is not None else None
+            out.append({"loss": float(losses[i]), "real_batch": int(sweep.last_real[i]),
+                        "clean_norm": last.clean_norm if last else float("nan"),
+                        "noise_norm": last.noise_norm if last else 0.0})
+        return out
+
+    def on_log(at: int, losses: torch.Tensor, eps: list[float], rate: float) -> None:
+        if lead.progress:
+            print(f"train-sweep {group}: step {at}/{total} ({rate:.2f} steps/s)", flush=True)
+
     lead = ctxs[0]
-    stop_at = total if lead.max_steps_this_run is None else min(total, step + lead.max_steps_this_run)
-    t0, start = time.perf_counter(), step
-    try:
-        with sigterm_flag() as flag:
-            while step < stop_at:
-                losses = sweep.step()  # every member's guard is charged (and may refuse) first
-                step += 1
-                if step % LOG_EVERY == 0 or step == total:
-                    sweep.check()
-                    rate = (step - start) / max(time.perf_counter() - t0, 1e-9)
-                    for i, log in enumerate(logs):
-                        guard = sweep.guards[i]
-                        last = sweep.sanitizers[i].last if sweep.sanitizers[i] is not None else None
-                        log.write(step, loss=float(losses[i]), real_batch=int(sweep.last_real[i]),
-                                  epsilon=guard.epsilon_spent() if guard is not None else math.inf,
-                                  steps_per_s=rate, clean_norm=last.clean_norm if last else float("nan"),
-                                  noise_norm=last.noise_norm if last else 0.0)
-                    if lead.progress:
-                        print(f"train-sweep {group}: step {step}/{total} ({rate:.2f} steps/s)", flush=True)
-                for log in logs[1:]:  # checkpoint_if_due flushes the lead's log itself
-                    if (step % lead.checkpoint_every == 0 and step < total) or flag["stop"]:
-                        log.flush()
-                checkpoint_if_due(lead, step, total, flag, logs[0], save)
-    finally:
-        for log in logs:
-            log.close()
+    # The one loop (methods/loop.py), over K logs. The members' guards live in the sweep, whose step
+    # charges every one of them (each may refuse) before anything is computed.
+    step, rate = drive(lead, sweep.step, sweep.check, step=step, total_steps=total, log_every=LOG_EVERY, logs=logs,
+                       rows=rows, guards=[], save=save, on_log=on_log,
+                       epsilons=lambda: [g.epsilon_spent() if g is not None else math.inf for g in sweep.guards])
     sweep.check()
-    rate = (step - start) / max(time.perf_counter() - t0, 1e-9)
     if step < total:  # a timed slice: resumable, nothing finished
-        save()
+        save(step)
         return [{"experiment": c.name, "steps": step, "total_steps": total, "finished": False} for c in ctxs]
 
     out = []

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpsynth.nets import build_generator
 from tests.conftest import REPO
 
 
@@ -83,7 +84,7 @@ def test_a_step_above_the_dense_limit_runs_blockwise_with_the_same_result(loss: 
     def one_step() -> list[torch.Tensor]:
         torch.manual_seed(0)
         arch = ew.generator_arch("mlp", (2,))
-        gen = ew.build_generator(arch["name"], **arch["kwargs"]).double()
+        gen = build_generator(arch["name"], **arch["kwargs"]).double()
         trainer = ew.EWGANTrainer(gen, torch.from_numpy(records), spec, hp, seed=3)
         trainer.step()
         return [p.detach().clone() for p in gen.parameters()]
@@ -106,7 +107,7 @@ def test_the_exact_loss_refuses_a_batch_no_network_simplex_can_solve() -> None:
     from dpsynth.errors import ConfigError
 
     arch = ew.generator_arch("mlp", (2,))
-    gen = ew.build_generator(arch["name"], **arch["kwargs"])
+    gen = build_generator(arch["name"], **arch["kwargs"])
     hp = Hyper(batch_size=400_000, optimizer="rmsprop", generator="mlp", loss="exact")
     with pytest.raises(ConfigError, match="hparams.batch_size: 400000 .* network simplex"):
         ew.EWGANTrainer(gen, torch.zeros(400_000, 2), _spec(loss="exact"), hp, seed=0)

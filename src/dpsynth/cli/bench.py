@@ -50,6 +50,9 @@ if TYPE_CHECKING:  # imported where used: `dpsynth --help` must not pay for torc
 #: The paper's MNIST settings (ICLR App. D; params.yaml dps_mnist).
 MNIST = {"batch_size": 50, "p": 0.2, "eps": 0.05, "alpha_c": 15.0, "clip": 0.5, "sigma": 1.1, "lr": 1e-5,
          "weight_decay": 2e-5, "records": 60000, "num_classes": 10, "n_iter": 30, "scaling": 0.5}
+#: The paper's MNIST generator (DCGAN, 28x28, 10 classes): ``dp_sinkhorn.plan.generator_arch`` of dps_mnist.
+DCGAN_MNIST = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
+                                           "image_size": 28}}
 #: Steps of the paper's MNIST run (ICLR: ~3.46 M steps at sigma 1.1, eps 10).
 PAPER_STEPS = 3_460_000
 
@@ -146,14 +149,14 @@ def _setup(dev: torch.device, seed: int, capturable: bool = False
     import torch
 
     from dpsynth.methods.optim import make_optimizer
-    from dpsynth.nets import build_generator
+    from dpsynth.methods.dp_sinkhorn.plan import latent_generator
+    from dpsynth.nets import build_seeded_generator
 
     s = MNIST
-    torch.manual_seed(seed)
-    G = build_generator("dcgan", latent_dim=12, num_classes=10, embed_dim=4, out_channels=1, image_size=28).to(dev)
+    G = build_seeded_generator(DCGAN_MNIST, seed, dev)
     opt = make_optimizer(G.parameters(), "adam", lr=s["lr"], weight_decay=s["weight_decay"], capturable=capturable)
-    gens = {k: torch.Generator(device=dev).manual_seed(seed * 1000 + i)
-            for i, k in enumerate(("model", "data", "noise"), start=1)}
+    gens = {"model": latent_generator(seed, dev),
+            **{k: torch.Generator(device=dev).manual_seed(seed * 1000 + i) for i, k in ((2, "data"), (3, "noise"))}}
     gens["noise_cpu"] = torch.Generator().manual_seed(seed * 1000 + 4)
     return G, opt, gens
 
@@ -348,8 +351,7 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
 
     if k < 1:
         raise ConfigError(f"bench: --sweep must be >= 1, got {k}")
-    arch = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
-                                        "image_size": 28}}
+    arch = DCGAN_MNIST
     n = s["batch_size"]
     shared = SweepShared(arch=arch, n=n, n_extra=int(math.floor(s["p"] * n + 1e-9)), q=s["q"], alpha_c=s["alpha_c"],
                          eps=s["eps"], n_iter=s["n_iter"], scaling=s["scaling"], lr=s["lr"],

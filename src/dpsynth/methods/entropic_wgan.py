@@ -44,7 +44,7 @@ from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
-from dpsynth.nets import build_generator
+from dpsynth.nets import build_seeded_generator
 from dpsynth.nets.base import Generator
 from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
 from dpsynth.ot.costs import GroundCost
@@ -350,9 +350,8 @@ def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossS
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, got {steps!r}")
     recs = torch.as_tensor(np.asarray(records, dtype=np.float32), device=device)
-    torch.manual_seed(seed)  # the generator's initial weights
     arch = generator_arch(hp.generator, record_shape)
-    gen = build_generator(arch["name"], **arch["kwargs"]).to(device)
+    gen = build_seeded_generator(arch, seed, device)
     trainer = EWGANTrainer(gen, recs, spec, hp, seed)
     for _ in range(steps):
         trainer.step()
@@ -460,8 +459,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         raise DataError(f"{ctx.name}: expected privatized float records (N, {int(np.prod(record_shape))}), got "
                         f"{x.shape} -- run `dpsynth privatize {ctx.name}` first")
     arch = generator_arch(hp.generator, record_shape)
-    torch.manual_seed(ctx.seed)
-    gen = build_generator(arch["name"], **arch["kwargs"]).to(ctx.device)
+    gen = build_seeded_generator(arch, ctx.seed, ctx.device)
     records = torch.as_tensor(np.asarray(x, dtype=np.float32), device=ctx.device)
     stepper = EWGANStepper(ctx, EWGANTrainer(gen, records, spec, hp, ctx.seed), spec, noise, arch, record_shape, total)
     # No accountant: the records were privatized once, before training (seed 003, Remark 1).

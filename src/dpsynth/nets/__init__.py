@@ -11,7 +11,8 @@ from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.nets.mlp import MLPGenerator
 
-__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MLPGenerator", "build_generator"]
+__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MLPGenerator", "build_generator",
+           "build_seeded_generator"]
 
 GENERATORS: dict[str, type[Generator]] = {
     "dcgan": DCGANGenerator,
@@ -31,3 +32,14 @@ def build_generator(name: str, **kwargs: Any) -> Generator:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"generator {name!r}: bad arguments {sorted(kwargs)}: {exc}") from exc
+
+
+def build_seeded_generator(arch: dict[str, Any], seed: int, device: Any = "cpu") -> Generator:
+    """``arch`` (``{"name", "kwargs"}``) with its initial weights drawn by torch's default init right
+    after ``torch.manual_seed(seed)``: the one place a run's generator initialisation is seeded, so a
+    run, its batched-sweep member and the benchmark start from the same weights for the same seed.
+    (GS-WGAN's generator takes its own ``init_seed`` instead: the published initialisation.)"""
+    import torch
+
+    torch.manual_seed(seed)
+    return build_generator(arch["name"], **arch["kwargs"]).to(device)

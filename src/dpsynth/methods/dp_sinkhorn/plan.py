@@ -79,6 +79,12 @@ def records_to_float(x: np.ndarray) -> torch.Tensor:
     return images_to_float(x, "tanh") if x.ndim == 4 else torch.from_numpy(x.astype(np.float32))
 
 
+def latent_generator(seed: int, device: torch.device | str) -> torch.Generator:
+    """The generator of a run's latents and generated labels: seeded (not private; they never touch
+    the data), the same for a run and its batched-sweep member."""
+    return torch.Generator(device=device).manual_seed(seed * 1000 + 1)
+
+
 def make_partitions(n_records: int, batch_size: int, k: int | None, seed: int) -> np.ndarray:
     """Adversarial variant: a seeded split into k equal partitions (the paper's batches-as-records,
     k = N // B by default); the N - k * (N // k) leftover records are never used."""

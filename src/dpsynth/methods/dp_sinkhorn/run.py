@@ -19,6 +19,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     final_report,
     generator_arch,
     generator_optimizer,
+    latent_generator,
     privacy_schedule,
     records_to_float,
     sampling,
@@ -26,7 +27,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
 )
 from dpsynth.methods.dp_sinkhorn.step import AdversarialStep, FastStep, StepSpec
 from dpsynth.methods.loop import Release, run_training
-from dpsynth.nets import build_generator
+from dpsynth.nets import build_seeded_generator
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import ParamGradSanitizer
@@ -108,13 +109,12 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     x_all = records_to_float(ctx.data.x_train).to(dev)
     y_all = torch.from_numpy(ctx.data.y_train).to(dev)
     arch = generator_arch(ctx)
-    torch.manual_seed(ctx.seed)
-    G = build_generator(arch["name"], **arch["kwargs"]).to(dev)
+    G = build_seeded_generator(arch, ctx.seed, dev)
     # The fast step's CUDA graph needs a capturable optimizer (SGD has no device-side state; it
     # runs the fast step eagerly) and no host-side parameter-gradient sanitizer.
     graph = dev.type == "cuda" and parts_np is None and h.optimizer != "sgd" and not (private and h.sanitizer == "param")
     opt = generator_optimizer(G.parameters(), h, capturable=graph)
-    gens = {"model": torch.Generator(device=dev).manual_seed(ctx.seed * 1000 + 1),  # latents, labels (not secret)
+    gens = {"model": latent_generator(ctx.seed, dev),  # latents, labels (not secret)
             "data": ctx.noise.torch_generator(dev, 2),  # Poisson sampling / partition choice: secret
             "noise": ctx.noise.torch_generator(dev, 3)}  # sanitizer noise: secret
 

@@ -16,7 +16,7 @@ generator forward has two strategies (``forward_mode``):
 
 Both compute the same function of the same parameters (tested). What stays per member, so that each member's run is its own run:
 
-* its seed: the same initialisation (``torch.manual_seed(seed)`` then ``build_generator``)
+* its seed: the same initialisation (``nets.build_seeded_generator``)
   and the same three torch.Generators (``seed*1000 + 1/2/3`` for latents+labels, Poisson
   sampling, sanitizer noise) as ``dp_sinkhorn.train``, each consumed in the trainer's order;
 * its cost mixing weight ``m``, clip ``C`` and noise multiplier ``sigma``: each member's
@@ -51,10 +51,11 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import poisson_batch
+from dpsynth.methods.dp_sinkhorn.plan import latent_generator
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
 from dpsynth.ot.costs import MixedL2L1Cost
-from dpsynth.nets import build_generator
+from dpsynth.nets import build_seeded_generator
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
@@ -106,9 +107,10 @@ def group_members(members: Sequence[tuple[float, SweepMember]]) -> dict[float, l
 
 
 def _gens(seed: int, device: torch.device) -> dict[str, torch.Generator]:
-    """The trainer's three generators (dp_sinkhorn.train: seed*1000 + 1, 2, 3)."""
-    return {k: torch.Generator(device=device).manual_seed(seed * 1000 + i)
-            for i, k in enumerate(("model", "data", "noise"), start=1)}
+    """Seeded stand-ins for a run's three generators (benchmarks and the equality tests): its latent
+    generator, and seed*1000 + 2, 3 for the batch draw and the noise (a real run's are secret)."""
+    return {"model": latent_generator(seed, device),
+            **{k: torch.Generator(device=device).manual_seed(seed * 1000 + i) for i, k in ((2, "data"), (3, "noise"))}}
 
 
 def _guard(shared: SweepShared, mem: SweepMember) -> BudgetGuard | None:
@@ -120,8 +122,7 @@ def _guard(shared: SweepShared, mem: SweepMember) -> BudgetGuard | None:
 def member_setup(shared: SweepShared, mem: SweepMember, device: torch.device
                  ) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
     """Generator, Adam and generators exactly as ``dp_sinkhorn.train`` builds them for ``mem.seed``."""
-    torch.manual_seed(mem.seed)
-    G = build_generator(shared.arch["name"], **shared.arch["kwargs"]).to(device=device, dtype=shared.dtype)
+    G = build_seeded_generator(shared.arch, mem.seed, device).to(dtype=shared.dtype)
     opt = make_optimizer(G.parameters(), "adam", lr=shared.lr, betas=shared.betas, weight_decay=shared.weight_decay)
     return G, opt, _gens(mem.seed, device)
 

@@ -42,6 +42,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     LOG_EVERY,
     LOG_FIELDS,
     generator_arch,
+    latent_generator,
     privacy_schedule,
     records_to_float,
     validate_data,
@@ -137,7 +138,7 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
     members = [m for _, m in plans]
     total = int(first["steps"])
     # The cells' own randomness: seeded latents (as the trainer), secret sampling and noise.
-    gens = [{"model": torch.Generator(device=dev).manual_seed(c.seed * 1000 + 1),
+    gens = [{"model": latent_generator(c.seed, dev),
              "data": c.noise.torch_generator(dev, 2), "noise": c.noise.torch_generator(dev, 3)} for c in ctxs]
     x_all = records_to_float(ref).to(dev)
     y_all = torch.from_numpy(ctxs[0].data.y_train).to(dev)

@@ -148,7 +148,7 @@ def test_sweep_cells_with_equal_values_are_refused(tmp_path):
 
 def test_distinct_sweep_values_still_expand():
     params = parse_params(_with_sweep({"grid": {"p": [0.2, 1.0], "m": [1, 3.0]}}))
-    assert len(params.sweep_members("pm_fmnist_quick")) == 4
+    assert len(params.cells_of("pm_fmnist_quick")) == 4
 
 
 # --------------------------------------------------------------------------- 4. partial CelebA folder

@@ -27,7 +27,7 @@ def test_shipped_params_are_valid():
     assert params.scale in ("smoke", "quick", "paper")
     assert set(params.scales) == {"smoke", "quick", "paper"}
     # sweep cells are experiments too, with deterministic names
-    cells = params.sweep_members("pm_fmnist")
+    cells = params.cells_of("pm_fmnist")
     assert len(cells) == 12 and "pm_fmnist-p0.2-m1" in cells and "pm_fmnist-p0.2-m0.3" in cells
     cell = params.all_experiments()["pm_fmnist-p0.2-m1"]
     assert (cell.hparams.p, cell.hparams.m) == (0.2, 1.0)
@@ -101,11 +101,11 @@ def test_missing_file_and_bad_yaml(tmp_path):
 def test_scale_resolution_keeps_the_target():
     params = load_params(REPO / "params.yaml", scale="smoke")
     exp = params.experiments["dps_fmnist"]
-    plan = resolve_privacy(exp, params.preset)
+    plan = resolve_privacy(exp, params.preset).record()
     assert plan == {"enabled": True, "mode": "calibrate_sigma", "epsilon": 10.0, "delta": 1e-5,
                     "steps": params.preset.train_steps, "paper_sigma": 1.1}
     paper = load_params(REPO / "params.yaml", scale="paper")
-    assert resolve_privacy(exp, paper.preset)["mode"] == "derive_steps"
+    assert resolve_privacy(exp, paper.preset).mode == "derive_steps"
 
 
 def test_config_show_resolves_scale():
@@ -120,7 +120,7 @@ def test_config_show_resolves_scale():
 
 
 def test_scale_overrides_are_validated_and_recorded():
-    from dpsynth.config import ScalePreset, apply_preset
+    from dpsynth.config import apply_preset
 
     params = load_params(REPO / "params.yaml", scale="quick")
     exp, changes = apply_preset(params.all_experiments()["sinkhorn_fmnist_nonprivate"], params.preset)
@@ -128,10 +128,38 @@ def test_scale_overrides_are_validated_and_recorded():
     assert changes["batch_size"]["paper"] == 500 and changes["lr"]["this_scale"] == exp.hparams.lr
     paper = load_params(REPO / "params.yaml", scale="paper")
     assert apply_preset(paper.experiments["dps_fmnist"], paper.preset) == (paper.experiments["dps_fmnist"], {})
-    bad = ScalePreset(n_synthetic=1, n_synthetic_sets=1, classifier_max_epochs=1, fid_samples=1,
-                      hparams={"dp_sinkhorn": {"p": 7}})
-    with pytest.raises(ConfigError, match="p"):
-        apply_preset(paper.experiments["dps_fmnist"], bad)
+    # a bad override is refused when the file is read, not when a run reaches it
+    with pytest.raises(ConfigError, match=r"scales\.quick\.hparams\.dp_sinkhorn\.p: Input should be less than or "
+                                          r"equal to 1"):
+        parse_params(_set(shipped(), "scales.quick.hparams.dp_sinkhorn", {"p": 7}))
+
+
+@pytest.mark.parametrize("path, value, message", [
+    # a key of another method: refused with its path and its owner, not accepted and ignored
+    ("experiments.gswgan_fmnist.hparams.p", 0.5,
+     "experiments.gswgan_fmnist.hparams.p: not a gs_wgan setting (it belongs to dp_sinkhorn); remove it"),
+    ("experiments.dps_fmnist.hparams.loss", "exact",
+     "experiments.dps_fmnist.hparams.loss: not a dp_sinkhorn setting (it belongs to entropic_wgan)"),
+    ("experiments.dps_fmnist.hparams.clip_bound", 1.0, "experiments.dps_fmnist.hparams.clip_bound: unknown key"),
+    ("experiments.gswgan_fmnist.hparams.optimizer", "sgd", "experiments.gswgan_fmnist.hparams.optimizer: Input "
+     "should be 'adam'"),
+    ("scales.quick.hparams.gs_wgan", {"temperature": 1.0},
+     "scales.quick.hparams.gs_wgan.temperature: not a gs_wgan setting (it belongs to dp_sinkhorn)"),
+    ("scales.quick.hparams.dp_sinkhornn", {"lr": 1.0}, "scales.quick.hparams.dp_sinkhornn: unknown method"),
+    ("scales.quick.method_train_steps", {"gswgan": 3}, "scales.quick.method_train_steps.gswgan: unknown method"),
+    ("experiments.gswgan_fmnist.method", "dp_sinkhorm", "experiments.gswgan_fmnist.method: unknown method (known: "
+     "dp_sinkhorn, gs_wgan, entropic_wgan)"),
+    ("sweeps.gs_p", {"base": "gswgan_fmnist", "grid": {"p": [0.1, 0.2]}},
+     "sweeps.gs_p (cell gs_p-p0.1).hparams.p: not a gs_wgan setting (it belongs to dp_sinkhorn)"),
+    ("sweeps.gs_together", {"base": "gswgan_fmnist", "grid": {"lr": [1.0e-4, 2.0e-4]}, "train_together": True},
+     "sweeps.gs_together.train_together: gs_wgan cells cannot be trained together (only dp_sinkhorn)"),
+])
+def test_each_method_takes_only_its_own_settings(path, value, message):
+    """Per-method hyperparameter models (the method registry): before them, ``p`` on a GS-WGAN
+    experiment was accepted and silently ignored."""
+    with pytest.raises(ConfigError) as err:
+        parse_params(_set(shipped(), path, value))
+    assert message in str(err.value), str(err.value)
 
 
 def _set(raw: dict, dotted: str, value) -> dict:
@@ -148,9 +176,9 @@ def _set(raw: dict, dotted: str, value) -> dict:
      "targets.gswgan_fmnist: a GS-WGAN experiment trains from a warm start"),
     ("gswgan_targets.gswgan_fmnist.warmstart", "other", "gswgan_targets.gswgan_fmnist.warmstart: must be 'gswgan_fmnist'"),
     ("gswgan_targets.dps_fmnist", {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"},
-     "gswgan_targets.dps_fmnist: no GS-WGAN experiment"),
+     "gswgan_targets.dps_fmnist: no experiment named 'dps_fmnist' whose method trains from a warm start"),
     ("warmstarts", {}, "warmstarts: must list exactly the warm starts"),
-    ("targets.dps_fmnist.warmstart", "gswgan_fmnist", "targets.dps_fmnist.warmstart: only GS-WGAN targets"),
+    ("targets.dps_fmnist.warmstart", "gswgan_fmnist", "targets.dps_fmnist.warmstart: only warm-started targets"),
     ("sweep_targets", ["nope"], "sweep_targets: no sweep named 'nope'"),
     ("w2_noise.celeba", {"noise_levels": [0.5]}, "w2_noise.celeba: dataset 'celeba' is not in datasets"),
     ("w2_noise.fashion_mnist", {"noise_levels": [0.5, -1.0]}, "w2_noise.fashion_mnist.noise_levels.1"),
@@ -202,7 +230,7 @@ def test_epsilon_and_seed_sweeps_set_the_target_and_the_training_seed():
     cell = p.all_experiments()["s-epsilon2.0-seed3"]
     assert cell.privacy.epsilon == 2.0 and cell.seed == 3
     assert cell.privacy.delta == p.experiments["dps_mnist"].privacy.delta
-    assert resolve_privacy(cell, p.preset)["epsilon"] == 2.0  # sigma is calibrated to the new target
+    assert resolve_privacy(cell, p.preset).epsilon == 2.0  # sigma is calibrated to the new target
 
 
 @pytest.mark.parametrize("grid, base, needle", [

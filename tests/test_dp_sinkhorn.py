@@ -116,7 +116,7 @@ def test_training_moves_half_circle_towards_data(half_circle, tmp_path):
 def test_private_run_meets_target_and_reports_both_conversions(digits28, tmp_path):
     ctx = make_ctx(tmp_path / "m", digits28, privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1},
                    steps=6, batch_size=10, lr=1e-3)
-    assert ctx.privacy_plan["mode"] == "calibrate_sigma"
+    assert ctx.privacy_plan.mode == "calibrate_sigma"
     summary = dp_sinkhorn.train(ctx)
     rep = json.loads(ctx.privacy_path.read_text())
     assert rep["steps"] == 6 and rep["q"] == pytest.approx(10 / len(digits28.x_train))

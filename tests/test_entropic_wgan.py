@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from dpsynth.config import Experiment, Hyper, ScalePreset
+from dpsynth.config import EntropicWGANHparams, Experiment, PrivacyPlan, ScalePreset
 from dpsynth.data.dataset import Dataset
 from dpsynth.data.prepare import manifold_points
 from dpsynth.errors import ConfigError
@@ -66,7 +66,7 @@ def test_entropic_w2_recovers_the_clean_manifold() -> None:
         ref = manifold_points("half_circle", 1000, np.random.default_rng(100 + seed)).astype(np.float64)
         w2 = {"noisy data": w2_distance(noisy, ref, n=1000, seed=seed)}
         for loss in ("entropic", "exact", "sinkhorn_divergence"):
-            hp = Hyper(batch_size=256, lr=2e-3, optimizer="rmsprop", generator="mlp", loss=loss)
+            hp = EntropicWGANHparams(batch_size=256, lr=2e-3, optimizer="rmsprop", generator="mlp", loss=loss)
             spec = LossSpec(loss=loss, p=2, temperature=2 * s * s, n_iter=20, scaling=None)
             gen = fit(noisy, (2,), spec, hp, steps=300, seed=seed)
             w2[loss] = w2_distance(sample_records(gen, 1000, 1234), ref, n=1000, seed=seed)
@@ -77,7 +77,7 @@ def test_entropic_w2_recovers_the_clean_manifold() -> None:
 
 
 def test_temperature_is_matched_to_the_mechanism_noise() -> None:
-    gauss = Experiment(method="entropic_wgan", dataset="manifold2d_half_circle", hparams=Hyper(generator="mlp"),
+    gauss = Experiment(method="entropic_wgan", dataset="manifold2d_half_circle", hparams=EntropicWGANHparams(generator="mlp"),
                        local={"mechanism": "gaussian", "epsilon": 5, "delta": 1e-4, "radius": 1.0})
     _, rep = gaussian_mechanism(np.zeros((1, 2)), 1.0, 5.0, 1e-4, 0)
     spec = loss_spec_for(gauss, (2,))
@@ -89,10 +89,10 @@ def test_temperature_is_matched_to_the_mechanism_noise() -> None:
     assert spec.p == 1 and spec.temperature == pytest.approx(rep.noise_scale) == pytest.approx(2 * 1.0 / 5.0)
     assert local_noise(lap.local)["noise_scale"] == rep.noise_scale
     # mismatch: an error unless explicitly allowed
-    mism = lap.model_copy(update={"hparams": Hyper(generator="mlp", cost_p=2)})
+    mism = lap.model_copy(update={"hparams": EntropicWGANHparams(generator="mlp", cost_p=2)})
     with pytest.raises(ConfigError, match="allow_mismatch"):
         loss_spec_for(mism, (2,))
-    allowed = lap.model_copy(update={"hparams": Hyper(generator="mlp", cost_p=2, allow_mismatch=True)})
+    allowed = lap.model_copy(update={"hparams": EntropicWGANHparams(generator="mlp", cost_p=2, allow_mismatch=True)})
     assert loss_spec_for(allowed, (2,)).p == 2
     with pytest.raises(ConfigError, match="local"):
         loss_spec_for(Experiment(method="entropic_wgan", dataset="digits28"), (1, 28, 28))
@@ -141,14 +141,14 @@ def _ctx(tmp: Path, exp: Experiment, records: np.ndarray, steps: int, **kw) -> T
     preset = ScalePreset(train_steps=steps, n_synthetic=10, n_synthetic_sets=1, classifier_max_epochs=1,
                          fid_samples=10)
     return TrainContext(name="e", experiment=exp, preset=preset, scale="smoke", seed=3, data=data, out_dir=tmp,
-                        privacy_plan={"enabled": False, "mode": "non_private", "steps": steps},
+                        privacy_plan=PrivacyPlan(mode="non_private", steps=steps),
                         checkpoint_every=5, progress=False, **kw)
 
 
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
     exp = Experiment(method="entropic_wgan", dataset="manifold2d_half_circle",
                      local={"mechanism": "gaussian", "epsilon": 20, "delta": 1e-4, "radius": 1.0},
-                     hparams=Hyper(generator="mlp", batch_size=64, lr=1e-3, optimizer="rmsprop", sinkhorn_iters=10))
+                     hparams=EntropicWGANHparams(generator="mlp", batch_size=64, lr=1e-3, optimizer="rmsprop", sinkhorn_iters=10))
     pts = manifold_points("half_circle", 300, np.random.default_rng(0))
     recs, _ = gaussian_mechanism(pts, 1.0, 20, 1e-4, 0)
     full = train(_ctx(tmp_path / "a", exp, recs, 12))
@@ -174,7 +174,7 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
 def test_laplace_dct_dcgan_trains_on_image_records(tmp_path: Path) -> None:
     exp = Experiment(method="entropic_wgan", dataset="digits28",
                      local={"mechanism": "laplace", "epsilon": 50, "radius": 140.0, "dct": True},
-                     hparams=Hyper(generator="dcgan", batch_size=16, lr=1e-3, sinkhorn_iters=20))
+                     hparams=EntropicWGANHparams(generator="dcgan", batch_size=16, lr=1e-3, sinkhorn_iters=20))
     imgs = np.random.default_rng(0).integers(0, 256, size=(40, 1, 28, 28)).astype(np.uint8)
     recs, _ = laplace_mechanism(imgs.reshape(40, -1) / 127.5 - 1, 140.0, 50, 0, dct_image_shape=(1, 28, 28))
     out = train(_ctx(tmp_path, exp, recs, 3))

@@ -75,10 +75,10 @@ def test_a_step_above_the_dense_limit_runs_blockwise_with_the_same_result(loss: 
     really ran (its entry point was called)."""
     import dpsynth.methods.entropic_wgan as ew
     import dpsynth.ot.online as online
-    from dpsynth.config import Hyper
+    from dpsynth.config import EntropicWGANHparams
 
     records = np.random.default_rng(0).normal(size=(300, 2))
-    hp = Hyper(batch_size=300, lr=1e-3, optimizer="rmsprop", generator="mlp", loss=loss, geomloss_scaling=0.9)
+    hp = EntropicWGANHparams(batch_size=300, lr=1e-3, optimizer="rmsprop", generator="mlp", loss=loss, geomloss_scaling=0.9)
     spec = _spec(loss=loss, temperature=0.3, geomloss_scaling=0.9)
 
     def one_step() -> list[torch.Tensor]:
@@ -103,12 +103,12 @@ def test_a_step_above_the_dense_limit_runs_blockwise_with_the_same_result(loss: 
 
 def test_the_exact_loss_refuses_a_batch_no_network_simplex_can_solve() -> None:
     import dpsynth.methods.entropic_wgan as ew
-    from dpsynth.config import Hyper
+    from dpsynth.config import EntropicWGANHparams
     from dpsynth.errors import ConfigError
 
     arch = ew.generator_arch("mlp", (2,))
     gen = build_generator(arch["name"], **arch["kwargs"])
-    hp = Hyper(batch_size=400_000, optimizer="rmsprop", generator="mlp", loss="exact")
+    hp = EntropicWGANHparams(batch_size=400_000, optimizer="rmsprop", generator="mlp", loss="exact")
     with pytest.raises(ConfigError, match="hparams.batch_size: 400000 .* network simplex"):
         ew.EWGANTrainer(gen, torch.zeros(400_000, 2), _spec(loss="exact"), hp, seed=0)
 
@@ -116,7 +116,7 @@ def test_the_exact_loss_refuses_a_batch_no_network_simplex_can_solve() -> None:
 def test_geomloss_scaling_and_a_fixed_iteration_count_are_one_too_many() -> None:
     from pydantic import ValidationError
 
-    from dpsynth.config import Hyper
+    from dpsynth.config import EntropicWGANHparams
 
     with pytest.raises(ValidationError, match="drop sinkhorn_iters"):
-        Hyper(geomloss_scaling=0.99, sinkhorn_iters=100)
+        EntropicWGANHparams(geomloss_scaling=0.99, sinkhorn_iters=100)

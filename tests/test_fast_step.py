@@ -3,7 +3,6 @@ reference (tests/reference_dp_sinkhorn.py): the same batches, losses, gradients 
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import numpy as np

@@ -299,14 +299,14 @@ def test_paper_sigma_is_held_to_the_sound_accountant():
     cannot be met (refused, with the reason) while a stated target of 370 derives ~20,000 steps."""
     from types import SimpleNamespace
 
+    from dpsynth.config import PrivacyPlan
     from dpsynth.errors import ConfigError
     from dpsynth.methods.gs_wgan import privacy_schedule
     from dpsynth.privacy import accounting as acc
 
     def ctx(eps):
         return SimpleNamespace(name="g", experiment=SimpleNamespace(hparams=SimpleNamespace(batch_size=32)),
-                               privacy_plan={"enabled": True, "mode": "derive_steps", "epsilon": eps,
-                                             "delta": 1e-5, "sigma": 1.07})
+                               privacy_plan=PrivacyPlan(mode="derive_steps", epsilon=eps, delta=1e-5, sigma=1.07))
 
     with pytest.raises(ConfigError, match="sound GS-WGAN accountant"):
         privacy_schedule(ctx(10.0), 1000)

@@ -431,7 +431,7 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
         covered = {str(f.relative_to(REPO)) for d in code for f in
                    ([REPO / d] if (REPO / d).is_file() else (REPO / d).rglob("*.py"))}
         need = imported_code(f"dpsynth.cli.{_STAGE_CLI[rule]}")
-        if "src/dpsynth/methods/__init__.py" in need:  # get_method() imports dpsynth.methods.<name>
+        if "src/dpsynth/methods/__init__.py" in need:  # the method registry imports dpsynth.methods.<name> by name
             need |= {str(f.relative_to(REPO)) for f in (src / "dpsynth/methods").glob("*.py")}
         assert need <= covered, f"{name}: imports {sorted(need - covered)} but DVC does not depend on them"
         if rule in ("train", "warmstart", "privatize", "prepare_data", "sample"):

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from dpsynth.config import Params, ScalePreset, apply_preset, resolve_privacy
+from dpsynth.config import Params, ScalePreset, resolve_run
 
 #: Preset fields each job kind reads (the rest of the preset belongs to other stages).
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
@@ -47,16 +47,11 @@ def _pick(preset: ScalePreset, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _experiment(params: Params, name: str) -> dict[str, Any]:
-    """The experiment as it runs at this scale (a sweep cell included), and its privacy plan."""
-    experiments = params.all_experiments()
-    if name not in experiments:
+    """The run as params.yaml resolves it at this scale (``config.resolve_run``, the same call the
+    train stage makes): the experiment as run, the scale's changes and the privacy plan."""
+    if name not in params.all_experiments():
         raise ValueError(f"fingerprint: no experiment named {name!r} in the parameters")
-    exp = experiments[name]
-    resolved, overrides = apply_preset(exp, params.preset)
-    # the description is a label for people; editing it must not retrain
-    dumped = resolved.model_dump(mode="json", exclude={"description"}, exclude_defaults=True)
-    return {"experiment": dumped, "overrides": overrides,
-            "privacy_plan": resolve_privacy(exp, params.preset)}
+    return resolve_run(params, name).settings()
 
 
 def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
@@ -89,8 +84,8 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
     method = exp["experiment"]["method"]
     if stage in ("privatize", "warmstart", "train"):
         out = {**common, **run, **exp, "preset": _preset_for_training(params.preset, method)}
-        if stage == "train" and method == "gs_wgan":
-            out["warmstart"] = params.warmstart_name(name)
+        if stage == "train" and (warmstart := params.warmstart_for(name)) is not None:
+            out["warmstart"] = warmstart
         return out
     if stage == "sample":
         return {**common, **run, **exp, "preset": _pick(params.preset, _SAMPLE)}

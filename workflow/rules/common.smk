@@ -83,9 +83,9 @@ def train_data(wildcards):
     inputs = [f"data/processed/{exp.dataset}.npz"]
     if wildcards.experiment in SWEEP_OF:
         inputs.append(f"private/sweeps/{SWEEP_OF[wildcards.experiment]}")
-    if exp.method == "gs_wgan":
-        name = PARAMS.warmstart_name(wildcards.experiment)
-        inputs.append(f"private/warmstart/{name}/critics.pt")
+    warmstart = PARAMS.warmstart_for(wildcards.experiment)
+    if warmstart is not None:
+        inputs.append(f"private/warmstart/{warmstart}/critics.pt")
     return inputs
 
 

@@ -249,8 +249,10 @@ def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     import numpy as np
     import torch
 
+    from dpsynth.data.dataset import images_to_signed
+
     rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.integers(0, 256, (records, 1, 28, 28), dtype=np.uint8)).float() / 127.5 - 1.0
+    x = torch.from_numpy(images_to_signed(rng.integers(0, 256, (records, 1, 28, 28), dtype=np.uint8), np.float32))
     y = torch.from_numpy(rng.integers(0, 10, records))
     return x.to(dev), y.to(dev)
 

@@ -21,7 +21,7 @@ def _show(args: argparse.Namespace) -> int:
         "preset": params.preset.model_dump(mode="json"),
         "experiments": {
             name: {"method": e.method, "dataset": e.dataset,
-                   "privacy_plan": resolve_privacy(e, params.preset)}
+                   "privacy_plan": resolve_privacy(e, params.preset).record()}
             for name, e in params.all_experiments().items()
         },
     }

@@ -45,7 +45,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                         train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
                                         fid_weights=ev.fid_weights, fid_download=ev.fid_download,
                                         fid_timeout=ev.fid_download_timeout,
-                                        conditional=exp.method != "entropic_wgan", fid_cache=fid_cache,
+                                        conditional=exp.spec.conditional, fid_cache=fid_cache,
                                         fid_reference=fid_reference(preset, real))}
         summary = Path(args.models) / args.experiment / "train_summary.json"
         metrics["train"] = read_json(summary) if summary.is_file() else None

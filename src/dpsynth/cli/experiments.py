@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def experiment_rows(params: Params) -> list[dict[str, Any]]:
     """One record per experiment (named ones first, then the sweep cells, in the file's order)."""
     targets = params.pipeline_targets()
-    sweep_of = {cell: sname for sname in params.sweeps for cell in params.sweep_members(sname)}
+    sweep_of = {cell: sname for sname in params.sweeps for cell in params.cells_of(sname)}
     return [{"name": name, "method": exp.method, "dataset": exp.dataset, "pipeline_target": name in targets,
              "sweep": sweep_of.get(name)}
             for name, exp in params.all_experiments().items()]

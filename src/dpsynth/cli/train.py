@@ -19,47 +19,36 @@ from dpsynth.cli.common import (
 from dpsynth.errors import DpsynthError
 
 
-def data_path(params, name: str) -> Path:
-    """The private data an experiment trains on: privatized records for local-DP experiments."""
-    exp = params.all_experiments()[name]
-    root = Path(params.data.root)
-    if exp.local is not None:
-        return root / "privatized" / f"{name}.npz"
-    return root / "processed" / f"{exp.dataset}.npz"
-
-
 def build_context(args: argparse.Namespace):
     import numpy as np
     import torch
 
-    from dpsynth.config import apply_preset, resolve_privacy
-    from dpsynth.data.dataset import Dataset, load_processed
-    from dpsynth.methods.context import TrainContext, subset_indices
+    from dpsynth.config import resolve_run
+    from dpsynth.data.dataset import Dataset, load_processed, subset_indices
+    from dpsynth.methods.context import TrainContext
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
 
     device = resolve_device(args.device)  # before any work: a bad --device fails in a second, clearly
     params = params_from_args(args)
     apply_threads(params)
-    exp, overrides = apply_preset(get_experiment(params, args.experiment, params_path(args)), params.preset)
-    seed = args.seed if args.seed is not None else exp.seed if exp.seed is not None else params.seeds[0]
-    path = data_path(params, args.experiment)
-    if exp.local is not None and not path.is_file():
-        raise DpsynthError(f"{path}: privatized data not found (run `dpsynth privatize {args.experiment}`)")
-    full = load_processed(path)
-    idx = subset_indices(len(full.x_train), params.preset.train_subset, seed)
+    get_experiment(params, args.experiment, params_path(args))  # an unknown name: the closest configured ones
+    run = resolve_run(params, args.experiment, seed=args.seed)
+    if run.experiment.local is not None and not run.data.is_file():
+        raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {args.experiment}`)")
+    full = load_processed(run.data)
+    idx = subset_indices(len(full.x_train), run.preset.train_subset, run.seed)
     x, y = (full.x_train, full.y_train) if idx is None else (full.x_train[idx], full.y_train[idx])
     # The trainer never sees the test split: it is for the evaluation stage only.
     data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    np.random.seed(run.seed)
+    torch.manual_seed(run.seed)
     return TrainContext(
-        name=args.experiment, experiment=exp, preset=params.preset, scale=params.scale, seed=seed,
-        data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=resolve_privacy(exp, params.preset),
-        device=device, progress=not args.no_progress, scale_overrides=overrides,
-        warmstart_dir=(warmstart_dir(args.private_out, params.warmstart_name(args.experiment))
-                       if exp.method == "gs_wgan" else None),
-        noise=NoiseSource(params.privacy_noise, seed if params.privacy_noise == "reproducible" else None),
+        name=args.experiment, experiment=run.experiment, preset=run.preset, scale=run.scale, seed=run.seed,
+        data=data, out_dir=Path(args.out) / args.experiment, privacy_plan=run.privacy,
+        device=device, progress=not args.no_progress, scale_overrides=run.overrides,
+        warmstart_dir=warmstart_dir(args.private_out, run.warmstart) if run.warmstart is not None else None,
+        noise=NoiseSource(params.privacy_noise, run.seed if params.privacy_noise == "reproducible" else None),
         private_dir=private_run_dir(args.private_out, args.experiment),
         **({} if args.checkpoint_every is None else {"checkpoint_every": args.checkpoint_every}),
         # getattr: `warmstart` and tests build this Namespace without the train-only flag
@@ -69,16 +58,15 @@ def build_context(args: argparse.Namespace):
 
 def _train(args: argparse.Namespace) -> int:
     from dpsynth.io import write_json
-    from dpsynth.methods import get_method
     from dpsynth.methods.artifacts import writing_to
     from dpsynth.methods.context import SUMMARY_FILE
 
     ctx = build_context(args)
     # _train writes the summary after the method returns: a finished run lacking it is not done
     ctx.also_released = (ctx.out_dir / SUMMARY_FILE,)
-    method = get_method(ctx.experiment.method)
+    trainer = ctx.experiment.spec.load_trainer()
     t0 = time.perf_counter()
-    summary = method.train(ctx)
+    summary = trainer(ctx)
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
     summary["scale"] = ctx.scale
     summary["scale_overrides"] = ctx.scale_overrides

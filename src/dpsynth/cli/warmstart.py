@@ -33,9 +33,9 @@ def _warmstart(args: argparse.Namespace) -> int:
     args.checkpoint_every = None  # build_context is shared with `train`; a warm start has no checkpoints
     args.out = "models"  # unused: a warm start writes only under --private-out
     ctx = build_context(args)
-    if ctx.experiment.method != "gs_wgan":
-        raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}; "
-                          "only gs_wgan experiments have a critic warm start")
+    if not ctx.experiment.spec.needs_warm_start:
+        raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}, which trains "
+                          "without a critic warm start")
     validate(ctx)
     settings, directory = warmstart_location(ctx)
     if args.print_path:

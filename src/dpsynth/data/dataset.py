@@ -19,6 +19,22 @@ from dpsynth.errors import DataError
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
+def subset_indices(n: int, subset: int | None, seed: int) -> np.ndarray | None:
+    """``subset`` of ``n`` record indices, sorted, drawn without replacement and fixed by ``seed``
+    (None: all): the one subset choice, for a scale's private training records and the
+    evaluation's classifier training sets alike."""
+    if subset is None or subset >= n:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=subset, replace=False))
+
+
+def images_to_signed(x: np.ndarray, dtype: type[np.floating] = np.float64) -> np.ndarray:
+    """uint8 images -> ``x / 255 * 2 - 1`` in ``dtype``: the [-1, 1] record space the Sinkhorn-based
+    generators (tanh output) train in and the W2 metric compares in. One formula, so training and
+    evaluation see the same numbers (``x / 127.5 - 1`` can differ in the last bit)."""
+    return np.asarray(x).astype(dtype) / dtype(255.0) * dtype(2.0) - dtype(1.0)
+
+
 @dataclass(frozen=True)
 class Dataset:
     name: str

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth import __version__
-from dpsynth.data.dataset import Dataset
+from dpsynth.data.dataset import Dataset, images_to_signed, subset_indices
 from dpsynth.evaluate.classifiers import max_batches, train_and_score
 from dpsynth.evaluate.sampling import load_synthetic
 from dpsynth.progress import Progress
@@ -29,10 +29,8 @@ def mean_std(values: list[float]) -> dict[str, Any]:
 
 
 def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if n is None or n >= len(x):
-        return x, y
-    idx = np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))
-    return x[idx], y[idx]
+    idx = subset_indices(len(x), n, seed)
+    return (x, y) if idx is None else (x[idx], y[idx])
 
 
 def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
@@ -132,7 +130,7 @@ def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str,
 
     def flat(x: np.ndarray) -> np.ndarray:
         if x.ndim == 4:
-            return x.reshape(len(x), -1).astype(np.float64) / 127.5 - 1.0
+            return images_to_signed(x.reshape(len(x), -1))
         return x.astype(np.float64)
 
     ref = flat(real.x_test)

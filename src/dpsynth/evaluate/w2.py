@@ -129,7 +129,7 @@ def noise_sweep(
     """
     import time
 
-    from dpsynth.config import Hyper
+    from dpsynth.config import EntropicWGANHparams
     from dpsynth.methods.entropic_wgan import LossSpec, fit, sample_records, to_records
 
     bad = [loss for loss in losses if loss not in SWEEP_LOSSES]
@@ -140,7 +140,7 @@ def noise_sweep(
     train = to_records(clean_train)
     ref = to_records(clean_ref)
     shape = tuple(np.asarray(clean_train).shape[1:])
-    hp = Hyper(batch_size=batch_size, lr=lr, optimizer=optimizer, generator=generator)  # type: ignore[arg-type]
+    hp = EntropicWGANHparams(batch_size=batch_size, lr=lr, optimizer=optimizer, generator=generator)  # type: ignore[arg-type]
     rows: list[dict[str, Any]] = []
     for k, s in enumerate(noise_levels):
         noisy = train + np.random.default_rng([seed, k]).normal(0.0, float(s), train.shape)

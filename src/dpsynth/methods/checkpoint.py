@@ -45,7 +45,7 @@ def config_fingerprint(ctx: TrainContext) -> str:
     privacy plan, the preset, the seed, the CPU threads and the training data itself."""
     h = hashlib.sha256()
     h.update(json.dumps({
-        "experiment": ctx.experiment.model_dump(mode="json"), "privacy_plan": ctx.privacy_plan,
+        "experiment": ctx.experiment.model_dump(mode="json"), "privacy_plan": ctx.privacy_plan.record(),
         "preset": ctx.preset.model_dump(mode="json"), "seed": ctx.seed, "threads": torch.get_num_threads(),
         "noise": ctx.noise.mode,
         "x": [list(ctx.data.x_train.shape), str(ctx.data.x_train.dtype)],

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from dpsynth.config import Experiment, ScalePreset
+from dpsynth.config import Experiment, PrivacyPlan, ScalePreset
 from dpsynth.data.dataset import Dataset
 from dpsynth.privacy.randomness import NoiseSource
 
@@ -55,7 +54,7 @@ class TrainContext:
     seed: int
     data: Dataset  # the private training data the method may touch (already subset per scale)
     out_dir: Path
-    privacy_plan: dict[str, Any]
+    privacy_plan: PrivacyPlan
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     checkpoint_every: int = 500  # steps
     progress: bool = True
@@ -92,16 +91,3 @@ class TrainContext:
     @property
     def checkpoint_path(self) -> Path:
         return self.private_path / CHECKPOINT_FILE
-
-
-def subset_indices(n: int, subset: int | None, seed: int) -> np.ndarray | None:
-    """Deterministic stratification-free subset of the private data for a scale (None = all)."""
-    if subset is None or subset >= n:
-        return None
-    return np.sort(np.random.default_rng(seed).choice(n, size=subset, replace=False))
-
-
-def images_to_float(x: np.ndarray, output_range: str) -> torch.Tensor:
-    """uint8 (N, C, H, W) -> float32 in [-1, 1] ("tanh") or [0, 1] ("sigmoid")."""
-    t = torch.from_numpy(x).float() / 255.0
-    return t * 2.0 - 1.0 if output_range == "tanh" else t

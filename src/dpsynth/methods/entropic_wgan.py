@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpsynth.config import Experiment, Hyper, LocalMechanism
+from dpsynth.config import EntropicWGANHparams, Experiment, LocalMechanism
+from dpsynth.data.dataset import images_to_signed
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.artifacts import load_generator
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
@@ -79,7 +80,7 @@ def to_records(x: np.ndarray) -> np.ndarray:
     if x.ndim == 4:
         if x.dtype != np.uint8:
             raise DataError(f"image records must be uint8 (N, C, H, W), got {x.dtype}")
-        return (x.reshape(x.shape[0], -1).astype(np.float64) / 255.0) * 2.0 - 1.0
+        return images_to_signed(x.reshape(x.shape[0], -1))
     if x.ndim == 2:
         if not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
             raise DataError("point records must be finite floats (N, D)")
@@ -147,7 +148,7 @@ def loss_spec_for(exp: Experiment, record_shape: tuple[int, ...]) -> LossSpec:
     if exp.local is None:
         raise ConfigError("entropic_wgan trains on locally privatized records: the experiment needs a "
                           "local: section (its temperature is matched to that noise)")
-    h: Hyper = exp.hparams
+    h: EntropicWGANHparams = exp.hparams  # type: ignore[assignment]
     matched = MATCHED_P[exp.local.mechanism]
     p = matched if h.cost_p is None else int(h.cost_p)
     if p != matched and not h.allow_mismatch:
@@ -295,7 +296,7 @@ def generator_arch(name: str, record_shape: tuple[int, ...]) -> dict[str, Any]:
 class EWGANTrainer:
     """One generator, its optimizer and the two explicit RNG streams (latents, minibatch indices)."""
 
-    def __init__(self, gen: Generator, records: Tensor, spec: LossSpec, hp: Hyper, seed: int) -> None:
+    def __init__(self, gen: Generator, records: Tensor, spec: LossSpec, hp: EntropicWGANHparams, seed: int) -> None:
         if records.ndim != 2 or records.shape[0] == 0:
             raise DataError(f"training records must be a non-empty (N, D) array, got shape {tuple(records.shape)}")
         self.gen, self.records, self.spec = gen, records, spec
@@ -343,7 +344,7 @@ class EWGANTrainer:
         set_rng_state(state["rng"], self.rng_generators)
 
 
-def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossSpec, hp: Hyper, *,
+def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossSpec, hp: EntropicWGANHparams, *,
         steps: int, seed: int, device: str | torch.device = "cpu",
         on_step: Callable[[], None] | None = None) -> Generator:
     """Train a fresh generator on privatized records for ``steps`` steps (no files): for sweeps and tests."""
@@ -361,7 +362,7 @@ def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossS
 
 
 def _total_steps(ctx: TrainContext) -> int:
-    steps = ctx.privacy_plan.get("steps") or ctx.experiment.hparams.max_steps
+    steps = ctx.privacy_plan.steps or ctx.experiment.hparams.max_steps
     if steps is None:
         raise ConfigError(f"experiments.{ctx.name}.hparams.max_steps: the {ctx.scale!r} scale sets no step "
                           "budget, so the experiment must (e.g. epochs * N / batch_size)")
@@ -432,7 +433,7 @@ class EWGANStepper:
                 "sample_batch_size": self.trainer.batch, "unconditional": True,
                 "record_space": "images in [-1, 1]" if len(rs) == 3 else "points", "loss": asdict(spec)}
         summary = {
-            "method": "entropic_wgan", "loss_name": spec.loss, "final_loss": self.loss, "p": spec.p,
+            "method": ctx.experiment.method, "loss_name": spec.loss, "final_loss": self.loss, "p": spec.p,
             "temperature": spec.temperature, "noise_scale": noise["noise_scale"], "epsilon": noise["epsilon"],
             "epsilon_paper_convention": noise["epsilon_paper_convention"], "delta": noise["delta"],
             "scale": ctx.scale, "seed": ctx.seed,
@@ -464,7 +465,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     stepper = EWGANStepper(ctx, EWGANTrainer(gen, records, spec, hp, ctx.seed), spec, noise, arch, record_shape, total)
     # No accountant: the records were privatized once, before training (seed 003, Remark 1).
     return run_training(ctx, stepper, total_steps=total, guard=None, sigma=None, epsilon_spent=stepper.epsilon,
-                        extra={"method": "entropic_wgan"})
+                        extra={"method": ctx.experiment.method})
 
 
 def _record_shape(ctx: TrainContext) -> tuple[int, ...]:

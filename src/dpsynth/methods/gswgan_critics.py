@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpsynth.config import CRITIC_HPARAMS, Experiment, ScalePreset
+from dpsynth.config import Experiment, ScalePreset
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.io import write_json
 from dpsynth.methods.artifacts import torch_load, torch_save, writing_to
@@ -48,7 +48,7 @@ def critic_settings(exp: Experiment, preset: ScalePreset, seed: int, n_records: 
         "dataset": exp.dataset, "n_records": int(n_records), "seed": int(seed),
         "n_critics": int(preset.n_critics or PAPER_N_CRITICS),
         "warmup_steps": int(preset.warmup_steps or PAPER_WARMUP_STEPS),
-        **{k: list(getattr(h, k)) if k == "betas" else getattr(h, k) for k in CRITIC_HPARAMS},
+        **{k: list(getattr(h, k)) if k == "betas" else getattr(h, k) for k in exp.spec.warm_start_keys},
     }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpsynth.config import METHOD_SPECS
 from dpsynth.errors import DataError
 from dpsynth.paths import REAL, RUNS, metrics_file, real_metrics_file
 from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
@@ -87,8 +88,8 @@ def read_run(path: Path, name: str) -> Run | None:
 
 #: Keys every metrics.json written by `dpsynth evaluate` has; a file without one is damaged or hand-made.
 REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale")
-#: The one method whose runs have no classifiers (unconditional generator): it is scored by W2 instead.
-UNCONDITIONAL_METHOD = "entropic_wgan"
+#: Methods whose runs have no classifiers (an unconditional generator): they are scored by W2 instead.
+UNCONDITIONAL_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if not spec.conditional)
 
 
 def _finite(v: Any) -> bool:
@@ -133,9 +134,9 @@ def validate_metrics(path: Path, metrics: dict[str, Any], *, real: str | None = 
     clf = out["classifiers"]
     if not isinstance(clf, dict):
         raise bad("classifiers", f"must be a mapping of classifier -> accuracy, got {type(clf).__name__} {clf!r}")
-    if not clf and not (out["method"] == UNCONDITIONAL_METHOD and out.get("w2") is not None):
-        raise bad("classifiers", f"is empty (only an unconditional {UNCONDITIONAL_METHOD} run, scored by 'w2', "
-                                 f"has no classifiers)")
+    if not clf and not (out["method"] in UNCONDITIONAL_METHODS and out.get("w2") is not None):
+        raise bad("classifiers", f"is empty (only a run of an unconditional method, {' or '.join(UNCONDITIONAL_METHODS)}, "
+                                 "scored by 'w2', has no classifiers)")
     for kind, rec in clf.items():
         if not isinstance(rec, dict) or not _finite(rec.get("mean")) or not _finite(rec.get("std", 0.0)):
             raise bad(f"classifiers.{kind}", f"must be a record with numeric 'mean' and 'std', got {rec!r}")

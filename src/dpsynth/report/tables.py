@@ -388,8 +388,8 @@ def _privacy_table(name: str, table: Table, params: Params, store: RunStore) -> 
     runs = {e: store.experiment(e) for e in names}
     conventions = set().union(*(set(r.epsilons()) for r in runs.values() if r is not None))
     conventions |= {"rdp_classic", "rdp_modern"}
-    if any(experiments[e].method == "gs_wgan" for e in names):
-        conventions |= {"as_published.rdp_classic", "sound.rdp_classic"}
+    for e in names:  # a method's own conventions (GS-WGAN's published and sound accounting)
+        conventions |= set(experiments[e].spec.epsilon_conventions)
     conventions.discard("non_private")
     conv = ordered_conventions(conventions)
     records = []

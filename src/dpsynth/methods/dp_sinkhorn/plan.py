@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpsynth.data.dataset import validate_arrays
+from dpsynth.data.dataset import images_to_signed, validate_arrays
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.methods.context import TrainContext, images_to_float
+from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import LOOP_LOG_FIELDS
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.privacy import accounting as acc
@@ -76,7 +76,7 @@ def generator_arch(ctx: TrainContext) -> dict[str, Any]:
 
 def records_to_float(x: np.ndarray) -> torch.Tensor:
     """Images -> [-1, 1] (tanh output); point clouds are used as they are."""
-    return images_to_float(x, "tanh") if x.ndim == 4 else torch.from_numpy(x.astype(np.float32))
+    return torch.from_numpy(images_to_signed(x, np.float32)) if x.ndim == 4 else torch.from_numpy(x.astype(np.float32))
 
 
 def latent_generator(seed: int, device: torch.device | str) -> torch.Generator:
@@ -109,19 +109,19 @@ def sampling(ctx: TrainContext) -> tuple[float, str, np.ndarray | None]:
 def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float | None, int]:
     """(sigma, steps) from the plan: derive the steps from sigma, or calibrate sigma to the steps."""
     plan, h = ctx.privacy_plan, ctx.experiment.hparams
-    if not plan["enabled"]:
-        steps = plan.get("steps") or h.max_steps
+    if not plan.enabled:
+        steps = plan.steps or h.max_steps
         if steps is None:
             raise DpsynthError(f"{ctx.name}: a non-private run needs hparams.max_steps (or a scale step budget)")
         return None, int(steps)
-    if plan["mode"] == "derive_steps":
-        sigma = float(plan["sigma"])
-        steps = acc.max_steps(sigma, q, plan["delta"], plan["epsilon"], conversion="classic", sampling=sampling)
+    if plan.mode == "derive_steps":
+        sigma = float(plan.sigma)
+        steps = acc.max_steps(sigma, q, plan.delta, plan.epsilon, conversion="classic", sampling=sampling)
         if steps < 1:
-            raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan['epsilon']}")
+            raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan.epsilon}")
     else:
-        steps = int(plan["steps"])
-        sigma = acc.calibrate_sigma(q, steps, plan["delta"], plan["epsilon"], conversion="classic",
+        steps = int(plan.steps)
+        sigma = acc.calibrate_sigma(q, steps, plan.delta, plan.epsilon, conversion="classic",
                                     sampling=sampling)
     return sigma, steps
 
@@ -145,6 +145,6 @@ def final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: flo
     if h.adversarial:
         mech += ", adversarial features; one of k fixed partitions per step (Wang et al. 2019, replace-one)"
     return dp_sgd_report(mechanism=mech, sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps_done,
-                         delta=plan["delta"], sampling=sampling, q=q,
+                         delta=plan.delta, sampling=sampling, q=q,
                          clip=h.clip if h.sanitizer == "image" else PARAM_CLIP,
-                         target_epsilon=plan["epsilon"], extra=extra)
+                         target_epsilon=plan.epsilon, extra=extra)

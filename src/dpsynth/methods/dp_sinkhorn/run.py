@@ -120,7 +120,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
 
     san_par = ParamGradSanitizer(list(G.parameters()), PARAM_CLIP, sigma, generator=gens["noise"]) \
         if private and h.sanitizer == "param" else None
-    guard = BudgetGuard(sigma, q, ctx.privacy_plan["delta"], ctx.privacy_plan["epsilon"],
+    guard = BudgetGuard(sigma, q, ctx.privacy_plan.delta, ctx.privacy_plan.epsilon,
                         sampling=scheme) if private else None
     spec = StepSpec(n=h.batch_size, n_extra=num_extra(h.batch_size, h.p), num_classes=ctx.data.num_classes,
                     alpha_c=h.alpha_c, eps=h.temperature, n_iter=h.sinkhorn_iters or DEFAULT_ITERS,

@@ -61,8 +61,8 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
     with an error naming the cell and the key for a cell the batched sweep cannot train."""
     validate_data(ctx)
     h = ctx.experiment.hparams
-    if ctx.experiment.method != "dp_sinkhorn":
-        raise ConfigError(f"{ctx.name}: only DP-Sinkhorn cells can be trained together (method {ctx.experiment.method!r})")
+    if not ctx.experiment.spec.trains_together:
+        raise ConfigError(f"{ctx.name}: method {ctx.experiment.method!r} cannot be trained together")
     if h.adversarial:
         raise ConfigError(f"{ctx.name}: hparams.adversarial: the adversarial variant cannot be trained together")
     if h.optimizer != "adam":
@@ -76,8 +76,8 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
     shared = {"arch": generator_arch(ctx), "n": h.batch_size, "n_extra": num_extra(h.batch_size, h.p), "q": q,
               "alpha_c": h.alpha_c, "eps": h.temperature, "n_iter": h.sinkhorn_iters or DEFAULT_ITERS,
               "scaling": h.sinkhorn_scaling, "lr": h.lr, "betas": tuple(h.betas), "weight_decay": h.weight_decay,
-              "delta": plan["delta"] if sigma is not None else 1e-5,
-              "target_epsilon": plan["epsilon"] if sigma is not None else None, "steps": steps,
+              "delta": plan.delta if sigma is not None else 1e-5,
+              "target_epsilon": plan.epsilon if sigma is not None else None, "steps": steps,
               "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device),
               # the records themselves (a seed sweep under a train_subset trains on other subsets)
               "records": hashlib.sha256(np.ascontiguousarray(ctx.data.x_train).tobytes()).hexdigest()}

@@ -1,0 +1,121 @@
+"""Reading params.yaml: a YAML loader that refuses duplicate keys, and the one entry point
+(``load_params``) every consumer uses -- the CLI, the Snakefile, DVC's stage commands and the tests --
+so a bad value fails the same way everywhere: before any work starts, with the key path and the
+reason (``ConfigError``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from dpsynth.config.base import format_validation
+from dpsynth.config.params import Params
+from dpsynth.errors import ConfigError
+
+
+def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None) -> Params:
+    """Validate an already-loaded mapping; ``scale`` overrides the file's ``scale:``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    if scale is not None:
+        raw = {**raw, "scale": scale}
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {format_validation(exc)}") from None
+    try:
+        params.all_experiments()  # sweep cells must validate too
+        params.check_pipeline()
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return params
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping gives the same key twice; ``duplicates`` is [(key, key path, line numbers)]."""
+
+    def __init__(self, duplicates: list[tuple[str, str, list[int]]]) -> None:
+        self.duplicates = duplicates
+        super().__init__("; ".join(f"duplicate key {key!r} at {where} (lines {_and(lines)})"
+                                   for key, where, lines in duplicates))
+
+
+def _and(items: list[Any]) -> str:
+    words = [str(i) for i in items]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    Plain YAML loaders silently keep the last value: a second ``privacy:`` inside one experiment
+    turned its epsilon 10 into 1000, and a second ``experiments.<name>:`` replaces the first
+    experiment, with no warning. The mappings are checked on the composed node tree, before any
+    value is built, because constructing merge keys (``<<: *anchor``) rewrites mapping nodes in
+    place; an explicit key overriding a merged one is what ``<<`` is for and stays allowed.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        duplicates: dict[str, tuple[str, list[int]]] = {}
+        self._find_duplicates(node, "", set(), duplicates)
+        if duplicates:
+            raise DuplicateKeyError(sorted(((key, where, lines) for where, (key, lines) in duplicates.items()),
+                                           key=lambda d: d[2]))
+        return super().construct_document(node)
+
+    def _find_duplicates(self, node: yaml.Node, path: str, seen: set[int],
+                         out: dict[str, tuple[str, list[int]]]) -> None:
+        if id(node) in seen:  # an alias: checked where its anchor is defined (and no endless recursion)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._find_duplicates(item, f"{path}[{i}]", seen, out)
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    self._find_duplicates(value_node, path, seen, out)
+                    continue
+                key: Any = None
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = self.construct_object(key_node, deep=True)  # `1` and `1.0`, `a` and 'a' are one key
+                label = str(key_node.value) if key is not None else "?"  # as written in the file
+                where = f"{path}.{label}" if path else label
+                line = key_node.start_mark.line + 1
+                try:
+                    if key is not None and key in first:
+                        out.setdefault(where, (label, [first[key]]))[1].append(line)
+                    elif key is not None:
+                        first[key] = line
+                except TypeError:  # an unhashable key: YAML construction reports it itself
+                    pass
+                self._find_duplicates(value_node, where, seen, out)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file with ``UniqueKeyLoader``; every failure is a ``ConfigError`` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such parameters file")
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}: {exc}: YAML would silently keep only the last value; remove or "
+                          "rename the other one") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def check_yaml_file(path: str | Path) -> None:
+    """Refuse duplicate keys (and invalid YAML) in a file someone else loads: Snakemake reads
+    params.yaml itself (``configfile:``) with a loader that keeps the last of two equal keys."""
+    load_yaml(path)
+
+
+def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> Params:
+    """Read and validate params.yaml. The one entry point for every consumer."""
+    return parse_params(load_yaml(path), source=str(path), scale=scale)

@@ -1,0 +1,91 @@
+"""The method registry: one ``MethodSpec`` per training method.
+
+Everything the configuration, the fingerprints, the report and the Snakefile need to know about
+a method is stated here once -- its hyperparameter model, whether it is class-conditional,
+whether it trains on locally privatized records or from warm-started critics, whether its sweeps
+can train in one batched job -- so no other module compares method names. The trainer is named
+as ``module:function`` and imported only when a run starts: the configuration layer stays free of
+torch (the Snakefile and ``dpsynth config check`` load it), and the layers stay one-way.
+
+Adding a method: its hyperparameter model in ``hparams.py``, one entry in ``METHOD_SPECS``, its
+trainer module in ``dpsynth.methods`` (see docs/adding-a-method.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dpsynth.config.base import KeyedValueError
+from dpsynth.config.hparams import DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
+from dpsynth.errors import DpsynthError
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the pipeline needs to know about one training method."""
+
+    name: str
+    title: str
+    hparams: type[Hparams]
+    #: ``module:function`` taking a ``TrainContext`` and returning the train summary.
+    trainer: str
+    #: A class-conditional generator: its samples carry labels and are scored by classifiers (an
+    #: unconditional one is scored by W2 only).
+    conditional: bool = True
+    #: Trains on locally privatized records (an experiment's ``local:`` block), which the pipeline's
+    #: privatize stage makes before training; such a run spends its budget there, not in training.
+    takes_local_data: bool = False
+    #: The hyperparameters that shape warm-started critics made by ``dpsynth warmstart`` before
+    #: training; empty: the method needs no warm start.
+    warm_start_keys: tuple[str, ...] = ()
+    #: A sweep over it may train its cells in one batched job (``sweeps.<name>.train_together``).
+    trains_together: bool = False
+    #: Epsilon conventions its privacy reports add to the privacy table (beyond the RDP ones).
+    epsilon_conventions: tuple[str, ...] = ()
+
+    @property
+    def needs_warm_start(self) -> bool:
+        return bool(self.warm_start_keys)
+
+    def load_trainer(self) -> Callable[[Any], dict[str, Any]]:
+        module, _, function = self.trainer.partition(":")
+        try:
+            return getattr(importlib.import_module(module), function)
+        except (ModuleNotFoundError, AttributeError) as exc:
+            raise DpsynthError(f"method {self.name!r}: its trainer {self.trainer} cannot be loaded ({exc})") from None
+
+
+METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    MethodSpec(name="dp_sinkhorn", title="DP-Sinkhorn", hparams=DPSinkhornHparams,
+               trainer="dpsynth.methods.dp_sinkhorn:train", trains_together=True),
+    MethodSpec(name="gs_wgan", title="GS-WGAN", hparams=GSWGANHparams, trainer="dpsynth.methods.gs_wgan:train",
+               warm_start_keys=GSWGANHparams.WARM_START_KEYS,
+               epsilon_conventions=("as_published.rdp_classic", "sound.rdp_classic")),
+    MethodSpec(name="entropic_wgan", title="Entropic WGAN (local DP)", hparams=EntropicWGANHparams,
+               trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True),
+)}
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The registry entry of ``name``; an unknown name is one clear error listing the known ones."""
+    spec = METHOD_SPECS.get(name)
+    if spec is None:
+        raise DpsynthError(f"unknown method {name!r} (known: {', '.join(METHOD_SPECS)})")
+    return spec
+
+
+def refuse_foreign_keys(method: str, settings: Any) -> None:
+    """Name the method a foreign key belongs to: pydantic's 'unknown key' alone does not say that ``p``
+    is a DP-Sinkhorn setting that a GS-WGAN run would not use. (Keys of no method are left to the
+    model, which calls them unknown.)"""
+    if not isinstance(settings, dict):
+        return
+    own = METHOD_SPECS[method].hparams.model_fields
+    for key in settings:
+        if isinstance(key, str) and key not in own:
+            owners = [s.name for s in METHOD_SPECS.values() if key in s.hparams.model_fields]
+            if owners:
+                raise KeyedValueError(key, f"not a {method} setting (it belongs to {' and '.join(owners)}); remove it")

@@ -1,0 +1,269 @@
+"""``Params``: the whole params.yaml as one validated model, its cross-references checked, and the
+views the pipeline derives from it (every experiment with the sweep cells, the pipeline's targets,
+the warm start each GS-WGAN-like run trains from)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from dpsynth.config.base import Name, ScaleName, Strict
+from dpsynth.config.experiment import Experiment, Sweep, expand_sweep
+from dpsynth.config.methods import METHOD_SPECS
+from dpsynth.config.scales import ScalePreset
+from dpsynth.config.tables import Table
+from dpsynth.errors import ConfigError
+
+
+class DataSettings(Strict):
+    root: str = "data"
+    local_dirs: list[str] = Field(default_factory=list, description="searched for raw files first")
+    celeba_dir: str | None = None
+    mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
+
+
+class Target(Strict):
+    """One pipeline target: its dataset and the data it trains on (``processed/<dataset>``, or
+    ``privatized/<experiment>`` for local-DP experiments)."""
+
+    dataset: Name
+    data: str
+    warmstart: Name | None = Field(default=None, description="a method that trains from warm-started critics "
+                                   "(GS-WGAN): the warm start it uses (private/warmstart/<name>); checked")
+
+
+class W2NoiseSweep(Strict):
+    """The W2-vs-noise figure of Reshetova, Chen, Ozgur (arXiv:2306.09547, Fig. 5) as a pipeline stage:
+    Gaussian noise N(0, s^2) per coordinate on the clean training records, one generator per
+    (loss, s), W2 to clean held-out records. Defaults are the paper's section 4.5 (MLP 2x500,
+    latent U[0,1]^2, Sinkhorn L = 200, batch b = 200)."""
+
+    noise_levels: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]
+    losses: list[Literal["entropic", "exact", "sinkhorn_divergence"]] = ["entropic", "exact", "sinkhorn_divergence"]
+    steps: int = Field(default=20000, gt=0, description="generator steps per (loss, noise); the scale may cap it")
+    batch_size: int = Field(default=200, gt=0)
+    lr: float = Field(default=1e-4, gt=0, allow_inf_nan=False)
+    sinkhorn_iters: int = Field(default=200, gt=0)
+    n_eval: int = Field(default=1000, gt=1, description="records per side of the exact-OT W2")
+    scales: list[ScaleName] | None = Field(default=None, description="scales at which the sweep trains (None: "
+                                           "every scale); at any other scale its stage writes an empty result "
+                                           "that says so (the MNIST sweep is hours on a CPU)")
+
+    @field_validator("noise_levels", "losses", "scales")
+    @classmethod
+    def _nonempty_unique(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is None:
+            return v
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"must be a non-empty list without duplicates, got {v}")
+        return v
+
+
+class EvaluationSettings(Strict):
+    """Downstream protocol settings; the sizes come from the scale preset."""
+
+    classifiers: list[Literal["logreg", "mlp", "cnn"]] = ["logreg", "mlp", "cnn"]
+    real_datasets: list[Name] = Field(default_factory=list, description="datasets that get a 'real data' row")
+    fid_weights: str | None = Field(default=None, description="local torch-fidelity Inception weights file")
+    fid_download: bool = Field(default=True, description="let torch-fidelity fetch the weights if missing")
+    fid_download_timeout: float = Field(default=120.0, gt=0)
+
+
+class Params(Strict):
+    scale: ScaleName = "quick"
+    seeds: list[Annotated[int, Field(ge=0)]] = [0]
+    threads: int = Field(default=1, ge=1, le=256, description="CPU threads per job; results depend on it "
+                         "(float summation order), so it is part of the configuration")
+    privacy_noise: Literal["secret", "reproducible"] = Field(
+        default="secret", description="secret: privacy noise and sampling from fresh OS entropy (the only private "
+        "mode); reproducible: derived from the seeds, bit-identical reruns, every output labelled not private")
+    data: DataSettings = DataSettings()
+    evaluation: EvaluationSettings = EvaluationSettings()
+    datasets: list[Name]
+    scales: dict[ScaleName, ScalePreset]
+    experiments: dict[Name, Experiment] = {}
+    targets: dict[Name, Target] = Field(default_factory=dict, description="what the pipeline trains, samples "
+                                        "and evaluates (dataset and data path are repeated so dvc.yaml can "
+                                        "name each stage's dependencies; they are checked)")
+    privatize: dict[Name, Name] = Field(default_factory=dict, description="local-DP targets -> dataset: "
+                                        "privatized once before training (exactly the local targets; checked)")
+    gswgan_targets: dict[Name, Target] = Field(default_factory=dict, description="targets whose method trains "
+                                               "from a warm start (GS-WGAN): like targets, plus the warm start")
+    warmstarts: dict[Name, Name] = Field(default_factory=dict, description="warm starts the pipeline makes -> "
+                                         "dataset (exactly those the warm-started targets need; checked)")
+    sweep_targets: list[Name] = Field(default_factory=list, description="sweeps whose every cell is a pipeline "
+                                      "target (dvc.yaml holds a matrix stage group per such sweep)")
+    w2_noise: dict[Name, W2NoiseSweep] = Field(default_factory=dict, description="dataset -> the W2-vs-noise "
+                                               "sweep the pipeline runs on it (results/w2_noise/<dataset>.csv)")
+    sweeps: dict[Name, Sweep] = {}
+    tables: dict[Name, Table] = {}
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("seeds must be a non-empty list without duplicates")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> "Params":
+        # lazy: config is imported by the data layer's CLI
+        from dpsynth.data.registry import DATASETS, unknown_dataset_message
+
+        for name in self.datasets:
+            if name not in DATASETS:
+                raise ValueError(f"datasets: {unknown_dataset_message(name)}")
+        missing = [s for s in ("smoke", "quick", "paper") if s not in self.scales]
+        if missing:
+            raise ValueError(f"scales: missing preset(s) {missing}")
+        for ename, exp in self.experiments.items():
+            if exp.dataset not in DATASETS:
+                raise ValueError(f"experiments.{ename}.dataset: {unknown_dataset_message(exp.dataset)}")
+        self._check_targets()
+        for s in self.sweep_targets:
+            if s not in self.sweeps:
+                raise ValueError(f"sweep_targets: no sweep named {s!r}")
+            base = self.experiments[self.sweeps[s].base]
+            if base.local is not None:
+                raise ValueError(f"sweep_targets: sweep {s!r} is over a local-DP experiment (its privatized data is "
+                                 "made per target); list its cells as experiments and targets instead")
+            if base.dataset not in self.datasets:
+                raise ValueError(f"sweep_targets: sweep {s!r} trains on {base.dataset!r}, which is not in datasets")
+        if len(set(self.sweep_targets)) != len(self.sweep_targets):
+            raise ValueError(f"sweep_targets: duplicates in {self.sweep_targets}")
+        for ds in self.w2_noise:
+            if ds not in self.datasets:
+                raise ValueError(f"w2_noise.{ds}: dataset {ds!r} is not in datasets (add it there)")
+        for d in self.evaluation.real_datasets:
+            if d not in self.datasets:
+                raise ValueError(f"evaluation.real_datasets: {d!r} is not in datasets")
+        for sname, sweep in self.sweeps.items():
+            if sweep.base not in self.experiments:
+                raise ValueError(f"sweeps.{sname}.base: no experiment named {sweep.base!r}")
+            method = self.experiments[sweep.base].spec
+            if sweep.train_together and not method.trains_together:
+                together = ", ".join(s.name for s in METHOD_SPECS.values() if s.trains_together)
+                raise ValueError(f"sweeps.{sname}.train_together: {method.name} cells cannot be trained together "
+                                 f"(only {together}); remove it")
+        self._check_tables()
+        return self
+
+    def _check_targets(self) -> None:
+        for t, tgt in self.targets.items():
+            if t not in self.experiments:
+                raise ValueError(f"targets.{t}: no experiment named {t!r}")
+            exp = self.experiments[t]
+            if tgt.dataset != exp.dataset:
+                raise ValueError(f"targets.{t}.dataset: says {tgt.dataset!r} but the experiment uses {exp.dataset!r}")
+            want = f"privatized/{t}" if exp.local is not None else f"processed/{exp.dataset}"
+            if tgt.data != want:
+                raise ValueError(f"targets.{t}.data: must be {want!r} (got {tgt.data!r})")
+            if tgt.dataset not in self.datasets:
+                raise ValueError(f"targets.{t}: dataset {tgt.dataset!r} is not in datasets (add it there)")
+            if exp.spec.needs_warm_start:
+                raise ValueError(f"targets.{t}: a {exp.spec.title} experiment trains from a warm start; list it "
+                                 "under gswgan_targets (with its warmstart) instead")
+            if tgt.warmstart is not None:
+                raise ValueError(f"targets.{t}.warmstart: only warm-started targets (gswgan_targets) have one")
+        local = {t: self.experiments[t].dataset for t in self.targets if self.experiments[t].local is not None}
+        if dict(self.privatize) != local:
+            raise ValueError(f"privatize: must list exactly the local-DP targets with their datasets, {local}")
+        for t, tgt in self.gswgan_targets.items():
+            where = f"gswgan_targets.{t}"
+            if t not in self.experiments or not self.experiments[t].spec.needs_warm_start:
+                raise ValueError(f"{where}: no experiment named {t!r} whose method trains from a warm start")
+            if t in self.targets:
+                raise ValueError(f"{where}: also listed under targets")
+            exp = self.experiments[t]
+            if tgt.dataset != exp.dataset or tgt.data != f"processed/{exp.dataset}":
+                raise ValueError(f"{where}: must say dataset {exp.dataset!r}, data 'processed/{exp.dataset}'")
+            if tgt.dataset not in self.datasets:
+                raise ValueError(f"{where}: dataset {tgt.dataset!r} is not in datasets (add it there)")
+
+    def _check_tables(self) -> None:
+        for tname, table in self.tables.items():
+            for e in table.experiments:
+                if e not in self.experiments:
+                    raise ValueError(f"tables.{tname}.experiments: no experiment named {e!r}")
+            for s in table.sweeps:
+                if s not in self.sweeps:
+                    raise ValueError(f"tables.{tname}.sweeps: no sweep named {s!r}")
+            for i, row in enumerate(table.rows):
+                if row.experiment is not None and row.experiment not in self.experiments and not any(
+                        row.experiment.startswith(f"{s}-") for s in table.sweeps):
+                    raise ValueError(f"tables.{tname}.rows[{i}].experiment: no experiment named {row.experiment!r} "
+                                     f"(a sweep cell needs its sweep in tables.{tname}.sweeps)")
+
+    # ------------------------------------------------------------------ derived views
+
+    @property
+    def preset(self) -> ScalePreset:
+        return self.scales[self.scale]
+
+    _cells: dict[str, tuple[str, Experiment]] | None = PrivateAttr(default=None)
+
+    def _sweep_cells(self) -> dict[str, tuple[str, Experiment]]:
+        """Every sweep cell -> (its sweep, the experiment), expanded and validated once."""
+        if self._cells is None:
+            cells: dict[str, tuple[str, Experiment]] = {}
+            for sname, sweep in self.sweeps.items():
+                for name, exp in expand_sweep(sname, sweep, self.experiments[sweep.base]).items():
+                    if name in self.experiments or name in cells:
+                        raise ConfigError(f"sweeps.{sname}: expanded experiment {name!r} clashes with an existing name")
+                    cells[name] = (sname, exp)
+            self._cells = cells
+        return self._cells
+
+    def cells_of(self, sweep: str) -> list[str]:
+        """The cell names of one sweep, in its order."""
+        if sweep not in self.sweeps:
+            raise KeyError(sweep)
+        return [name for name, (sname, _) in self._sweep_cells().items() if sname == sweep]
+
+    def all_experiments(self) -> dict[str, Experiment]:
+        """Named experiments plus every sweep cell, validated like hand-written ones."""
+        return {**self.experiments, **{name: exp for name, (_, exp) in self._sweep_cells().items()}}
+
+    def warmstart_name(self, name: str) -> str:
+        """The warm start experiment ``name`` trains from: its own, or -- for a sweep cell that leaves
+        the critics' settings (its method's ``warm_start_keys``) alone, e.g. a sigma sweep -- its
+        base's, so the sweep reuses one warm start."""
+        cell = self._sweep_cells().get(name)
+        if cell is None:
+            return name
+        sname, exp = cell
+        base_name = self.sweeps[sname].base
+        base = self.experiments[base_name]
+        same = base.dataset == exp.dataset and all(
+            getattr(base.hparams, k) == getattr(exp.hparams, k) for k in exp.spec.warm_start_keys)
+        return base_name if same else name
+
+    def warmstart_for(self, name: str) -> str | None:
+        """The warm start ``name`` trains from, or None when its method needs none."""
+        return self.warmstart_name(name) if self.all_experiments()[name].spec.needs_warm_start else None
+
+    def pipeline_targets(self) -> dict[str, Target]:
+        """Every experiment the pipeline trains, samples and evaluates: ``targets``,
+        ``gswgan_targets`` and every cell of the ``sweep_targets``."""
+        out: dict[str, Target] = {**self.targets, **self.gswgan_targets}
+        for cell, (sname, exp) in self._sweep_cells().items():
+            if sname in self.sweep_targets:
+                ws = self.warmstart_name(cell) if exp.spec.needs_warm_start else None
+                out[cell] = Target(dataset=exp.dataset, data=f"processed/{exp.dataset}", warmstart=ws)
+        return out
+
+    def check_pipeline(self) -> None:
+        """Cross-checks that need the sweep cells (run by ``parse_params``)."""
+        experiments = self.all_experiments()
+        for t, tgt in self.gswgan_targets.items():
+            want = self.warmstart_name(t)
+            if tgt.warmstart != want:
+                raise ConfigError(f"gswgan_targets.{t}.warmstart: must be {want!r} (got {tgt.warmstart!r})")
+        needed: dict[str, str] = {}
+        for name, tgt in self.pipeline_targets().items():
+            if tgt.warmstart is not None:
+                needed[tgt.warmstart] = experiments[name].dataset
+        if dict(self.warmstarts) != needed:
+            raise ConfigError(f"warmstarts: must list exactly the warm starts the warm-started targets need, with "
+                              f"their datasets: {needed} (got {dict(self.warmstarts)})")

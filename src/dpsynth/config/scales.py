@@ -1,0 +1,74 @@
+"""Scale presets: what makes a run smaller (smoke, quick) without changing what it means."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from dpsynth.config.base import KeyedValueError, Strict
+from dpsynth.config.methods import METHOD_SPECS, refuse_foreign_keys
+
+
+def _known_methods(v: dict[str, Any]) -> None:
+    for method in v:
+        if method not in METHOD_SPECS:
+            raise KeyedValueError(str(method), f"unknown method (known: {', '.join(METHOD_SPECS)})")
+
+
+class ScalePreset(Strict):
+    """Overrides that make a run smaller without changing what it means."""
+
+    train_steps: int | None = Field(
+        default=None,
+        gt=0,
+        description="Step budget; None keeps the experiment's own (paper) setting. A private run "
+        "under a step budget calibrates sigma to meet its (epsilon, delta) target.",
+    )
+    train_subset: int | None = Field(default=None, gt=0, description="Private training records used.")
+    n_synthetic: int = Field(gt=0, description="Labelled images per synthetic dataset.")
+    n_synthetic_sets: int = Field(gt=0, description="Synthetic datasets per generator.")
+    classifier_max_epochs: int = Field(gt=0)
+    classifier_train_subset: int | None = Field(default=None, gt=0)
+    fid_samples: int = Field(gt=0, description="generated (or, for a real row, real training) images per FID")
+    fid_reference_samples: Annotated[int, Field(gt=0)] | Literal["all"] | None = Field(
+        default=None, description="real test images on FID's reference side: a count, 'all' (the whole test "
+        "split, the papers' protocol), or None (as many as fid_samples)")
+    max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
+                                       "afford the non-private batch of 500); recorded in every output")
+    hparams: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-method hyperparameter "
+                                               "overrides for short runs (validated by the method's own model; "
+                                               "recorded in every output)")
+    method_train_steps: dict[str, Annotated[int, Field(gt=0)]] = Field(
+        default_factory=dict, description="per-method step budget, overriding train_steps")
+    warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
+    n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
+    w2_noise_steps: int | None = Field(default=None, gt=0, description="generator steps per (loss, noise) "
+                                       "of the W2-vs-noise sweep; None keeps the sweep's own")
+    w2_noise_train_subset: int | None = Field(default=None, gt=0, description="clean training records the "
+                                              "W2-vs-noise sweep privatizes; None: all")
+
+    @field_validator("hparams")
+    @classmethod
+    def _method_hparams(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Each method's overrides must be settings of that method (checked by its own model)."""
+        _known_methods(v)
+        for method, overrides in v.items():
+            try:
+                refuse_foreign_keys(method, overrides)
+                METHOD_SPECS[method].hparams.model_validate(overrides)
+            except KeyedValueError as exc:
+                raise KeyedValueError(f"{method}.{exc.subkey}", str(exc)) from None
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                sub = getattr(err.get("ctx", {}).get("error"), "subkey", None)
+                loc = ".".join([method, *(str(p) for p in err["loc"]), *([sub] if sub else [])])
+                msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+                raise KeyedValueError(loc, msg) from None
+        return v
+
+    @field_validator("method_train_steps")
+    @classmethod
+    def _method_steps(cls, v: dict[str, int]) -> dict[str, int]:
+        _known_methods(v)
+        return v

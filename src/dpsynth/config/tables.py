@@ -1,0 +1,50 @@
+"""The report's tables as params.yaml declares them: which runs fill which published rows."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from dpsynth.config.base import Name, Strict
+
+
+class TableRow(Strict):
+    """One row of a report table: the paper's row and the run that reproduces it.
+
+    ``experiment`` (a named experiment or sweep cell) or ``real`` (a dataset: its
+    ``results/real/{real}/metrics.json``) names our run; a row with neither is the
+    paper's "reported only" row. ``paper_row`` is a row id of the table's ``published``
+    table in ``dpsynth/report/published.yaml`` (``other_table:row`` picks another one);
+    None: the paper has no such row.
+    """
+
+    label: str
+    experiment: Name | None = None
+    real: Name | None = None
+    paper_row: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TableRow":
+        if self.experiment is not None and self.real is not None:
+            raise ValueError("a row takes experiment or real, not both")
+        if self.experiment is None and self.real is None and self.paper_row is None:
+            raise ValueError("a row needs experiment, real or paper_row")
+        return self
+
+
+class Table(Strict):
+    title: str
+    paper: str = Field(description="where the published numbers come from (paper and table)")
+    experiments: list[Name] = []
+    sweeps: list[Name] = []
+    kind: Literal["methods", "grid", "w2_noise", "privacy"] = Field(
+        default="methods", description="methods: rows below; grid: one row per sweep cell, matched to the "
+        "paper's rows by the swept values; w2_noise: results/w2_noise/{dataset}.csv; privacy: every run's "
+        "epsilon by accountant and convention")
+    published: str | None = Field(default=None, description="table id in dpsynth/report/published.yaml")
+    dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
+                                 "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")
+    rows: list[TableRow] = []
+    notes: list[str] = Field(default_factory=list, description="ours about this table (a deviation from the "
+                             "papers, the papers disagreeing with each other); printed under the table")

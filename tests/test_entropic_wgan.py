@@ -212,7 +212,8 @@ def test_privatize_and_train_through_the_cli(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = run_cli("privatize", "ew", "--params", str(pfile))
     assert r.returncode == 0, r.stderr
-    r = run_cli("train", "ew", "--params", str(pfile), "--out", str(tmp_path / "models"), "--device", "cpu",
+    r = run_cli("train", "ew", "--params", str(pfile), "--out", str(tmp_path / "models"), "--private-out",
+                str(tmp_path / "private"), "--device", "cpu",
                 "--no-progress")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)

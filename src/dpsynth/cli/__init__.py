@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from dpsynth.errors import DpsynthError
+from dpsynth.locations import UNWRITABLE
 
 # Stage modules, in the order they appear in --help. A module that is missing
 # (a stage not built yet) is simply not offered.
@@ -94,14 +95,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise  # anything else is not a full disk: keep the traceback
-        print(f"dpsynth: error: {disk_full_message(exc)}", file=sys.stderr)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"dpsynth: error: {disk_full_message(exc)}", file=sys.stderr)
+        elif exc.errno in UNWRITABLE and exc.filename:
+            print(f"dpsynth: error: {unwritable_message(exc)}", file=sys.stderr)
+        else:
+            raise  # anything else is not the user's environment: keep the traceback
         return 2
     except KeyboardInterrupt:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def unwritable_message(exc: OSError) -> str:
+    """A read-only folder (or one without write permission) is the user's environment too: name it."""
+    what = "read-only file system" if exc.errno == errno.EROFS else "permission denied"
+    return (f"cannot write {exc.filename}: {what}; choose a writable folder (or make it writable) and run the "
+            "command again (existing outputs were left as they were)")
 
 
 def disk_full_message(exc: OSError) -> str:

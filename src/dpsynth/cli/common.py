@@ -137,3 +137,14 @@ def resolve_device(value: str, option: str = "--device") -> torch.device:
             raise ConfigError(f"{option} {value!r}: there is one MPS device; use mps "
                               f"(available here: {', '.join(have)})")
     return torch.device(kind if index is None else f"{kind}:{index}")
+
+
+def seed_arg(text: str) -> int:
+    """argparse type: a seed is a whole number >= 0 (numpy refuses negative seeds with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value

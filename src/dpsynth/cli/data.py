@@ -6,6 +6,7 @@ import argparse
 
 from dpsynth.cli.common import add_params_arg, params_from_args, sources_from
 from dpsynth.errors import DataError
+from dpsynth.locations import check_writable_dir
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -17,6 +18,7 @@ def _prepare(args: argparse.Namespace) -> int:
     unknown = [name for name in args.dataset if name not in DATASETS]
     if unknown:  # fail on every typo at once, before any work, with the closest registered names
         raise DataError("; ".join(unknown_dataset_message(name) for name in unknown))
+    check_writable_dir(src.root, "--root" if args.root else "data root (params data.root)")
     for name in args.dataset:
         info = prepare(name, src)
         npz, _ = processed_paths(src.root, name)

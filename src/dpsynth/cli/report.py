@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dpsynth.cli.common import add_params_arg, params_from_args
 from dpsynth.errors import DpsynthError
+from dpsynth.locations import check_writable_dir
 
 #: What a folder the report replaces may hold: its own outputs, atomic-write temporaries, and
 #: Snakemake's marker of a directory output. Anything else means the folder is not the report's.
@@ -56,6 +57,8 @@ def _report(args: argparse.Namespace) -> int:
                            f"each is replaced as a whole, so give two separate folders (or the same one)")
     _check_replaceable(tables_dir, "--tables")
     _check_replaceable(figures_dir, "--figures")
+    check_writable_dir(tables_dir.parent, "--tables" if args.tables else "--results")
+    check_writable_dir(figures_dir.parent, "--figures" if args.figures else "--results")
     configured = {name: (exp.dataset, exp.method) for name, exp in params.all_experiments().items()}
     store = RunStore.load_all(results, configured)  # every metrics.json verified and validated, or nothing
     built = build_tables(params, results, store)  # every table validated before anything is written

@@ -15,11 +15,32 @@ from dpsynth.cli.common import (
     params_from_args,
     params_path,
     resolve_device,
+    seed_arg,
 )
 from dpsynth.errors import DpsynthError
 
 
-def build_context(args: argparse.Namespace):
+#: Where `train` writes when no --out / --private-out is given (the pipeline's layout).
+DEFAULT_OUT, DEFAULT_PRIVATE = "models", "private"
+
+
+def resolve_output_roots(args: argparse.Namespace) -> None:
+    """Fill ``--out`` / ``--private-out``. A run released elsewhere (``--out``) must say where its
+    private files go too: defaulting them to ./private would let its checkpoint replace that of the
+    default run of the same name (and the other way round)."""
+    if args.out is None:
+        args.out = DEFAULT_OUT
+    if args.private_out is None:
+        if Path(args.out) != Path(DEFAULT_OUT):
+            raise DpsynthError(f"--out {args.out} needs --private-out DIR as well: this run's checkpoint and "
+                               f"diagnostics would otherwise go to ./{DEFAULT_PRIVATE}, replacing those of the "
+                               "default run of the same name")
+        args.private_out = DEFAULT_PRIVATE
+
+
+def build_context(args: argparse.Namespace, *, releases: bool = True):
+    """The run's TrainContext. Every folder it will write (``--out`` when it ``releases``, and
+    ``--private-out``) is checked before any private record is read."""
     import numpy as np
     import torch
 
@@ -29,7 +50,12 @@ def build_context(args: argparse.Namespace):
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
 
+    from dpsynth.locations import check_writable_dir
+
     device = resolve_device(args.device)  # before any work: a bad --device fails in a second, clearly
+    if releases:
+        check_writable_dir(args.out, "--out")
+    check_writable_dir(args.private_out, "--private-out")
     params = params_from_args(args)
     apply_threads(params)
     get_experiment(params, args.experiment, params_path(args))  # an unknown name: the closest configured ones
@@ -57,14 +83,26 @@ def build_context(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from dpsynth.io import write_json
-    from dpsynth.methods.artifacts import writing_to
+    from dpsynth.locations import RunLock
     from dpsynth.methods.context import SUMMARY_FILE
 
+    resolve_output_roots(args)
     ctx = build_context(args)
     # _train writes the summary after the method returns: a finished run lacking it is not done
     ctx.also_released = (ctx.out_dir / SUMMARY_FILE,)
     trainer = ctx.experiment.spec.load_trainer()
+    with RunLock(ctx.private_dir, f"experiment {ctx.name}"):
+        summary = _run_locked(ctx, trainer)
+    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _run_locked(ctx, trainer) -> dict:
+    """Train (or find done) and write the summary, under the run's lock."""
+    from dpsynth.io import write_json
+    from dpsynth.methods.artifacts import writing_to
+    from dpsynth.methods.context import SUMMARY_FILE
+
     t0 = time.perf_counter()
     summary = trainer(ctx)
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
@@ -74,8 +112,7 @@ def _train(args: argparse.Namespace) -> int:
     if summary["finished"] and not summary["already_done"]:  # every method returns loop.TrainResult
         with writing_to(ctx.out_dir / SUMMARY_FILE):
             write_json(ctx.out_dir / SUMMARY_FILE, summary)
-    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
-    return 0
+    return summary
 
 
 def _train_sweep(args: argparse.Namespace) -> int:
@@ -87,41 +124,56 @@ def _train_sweep(args: argparse.Namespace) -> int:
 
     The group checkpoints live in PRIVATE/sweep_groups/<name>/, outside the job's output folder,
     which workflow managers empty before (re-)running a job."""
+    from contextlib import ExitStack
+
     from dpsynth.cli.common import did_you_mean
     from dpsynth.errors import ConfigError
     from dpsynth.io import write_json
+    from dpsynth.locations import RunLock
+    from dpsynth.paths import private_run_dir
 
+    resolve_output_roots(args)
     params = params_from_args(args)
     apply_threads(params)
     if args.sweep not in params.sweeps:
         raise ConfigError(f"sweeps.{args.sweep}: no such sweep{did_you_mean(args.sweep, params.sweeps)}")
     sweep, cells = params.sweeps[args.sweep], params.cells_of(args.sweep)
     summaries: dict[str, dict] = {}
-    if sweep.train_together:
-        from dpsynth.methods.dp_sinkhorn.together import cell_done, group_by_shape, train_together
-
-        ctxs = []
-        for cell in cells:
-            ns = argparse.Namespace(**{**vars(args), "experiment": cell, "seed": None, "checkpoint_every": None,
-                                       "max_steps_this_run": None})
-            ctxs.append(build_context(ns))
-        todo = [c for c in ctxs if not cell_done(c)]
-        for c in ctxs:
-            if all(c is not t for t in todo):
-                summaries[c.name] = {"experiment": c.name, "already_trained": True}
-        for k, idx in enumerate(group_by_shape(todo) if todo else []):
-            group = [todo[i] for i in idx]
-            t0 = time.perf_counter()
-            for s in train_together(group, Path(args.private_out) / "sweep_groups" / args.sweep, f"group{k}",
-                                    forward_mode=args.forward_mode):
-                s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
-                summaries[s["experiment"]] = s
+    with ExitStack() as locks:
+        if sweep.train_together:  # each cell's run directory, as its own `dpsynth train` would lock it
+            for cell in cells:
+                locks.enter_context(RunLock(private_run_dir(args.private_out, cell), f"experiment {cell}"))
+        _train_cells_together(args, sweep, cells, summaries)
     write_json(Path(args.private_out) / "sweeps" / args.sweep / "group.json", {
         "sweep": args.sweep, "mode": "together" if sweep.train_together else "alone",
         "trained_together": sorted(k for k, v in summaries.items() if "trained_together" in v)})
     print(json.dumps({"sweep": args.sweep, "train_together": sweep.train_together, "cells": summaries or cells},
                      indent=2, sort_keys=True, default=str))
     return 0
+
+
+def _train_cells_together(args: argparse.Namespace, sweep, cells: list[str], summaries: dict[str, dict]) -> None:
+    """With train_together: every cell without a finished checkpoint, one batched sweep per shape group."""
+    if not sweep.train_together:
+        return
+    from dpsynth.methods.dp_sinkhorn.together import cell_done, group_by_shape, train_together
+
+    ctxs = []
+    for cell in cells:
+        ns = argparse.Namespace(**{**vars(args), "experiment": cell, "seed": None, "checkpoint_every": None,
+                                   "max_steps_this_run": None})
+        ctxs.append(build_context(ns))
+    todo = [c for c in ctxs if not cell_done(c)]
+    for c in ctxs:
+        if all(c is not t for t in todo):
+            summaries[c.name] = {"experiment": c.name, "already_trained": True}
+    for k, idx in enumerate(group_by_shape(todo) if todo else []):
+        group = [todo[i] for i in idx]
+        t0 = time.perf_counter()
+        for s in train_together(group, Path(args.private_out) / "sweep_groups" / args.sweep, f"group{k}",
+                                forward_mode=args.forward_mode):
+            s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
+            summaries[s["experiment"]] = s
 
 
 def _positive_int(text: str) -> int:
@@ -140,10 +192,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an experiment's generator")
     p.add_argument("experiment")
     add_params_arg(p)
-    p.add_argument("--seed", type=int, default=None, help="training seed (default: the experiment's seed, else the first of params seeds)")
-    p.add_argument("--out", default="models", help="models directory, what may be released (default: models)")
-    p.add_argument("--private-out", default="private", metavar="DIR",
-                   help="private directory: checkpoints, diagnostics, warm starts; never release it (default: private)")
+    p.add_argument("--seed", type=seed_arg, default=None,
+                   help="training seed >= 0 (default: the experiment's seed, else the first of params seeds)")
+    p.add_argument("--out", default=None, help="models directory, what may be released (default: models)")
+    p.add_argument("--private-out", default=None, metavar="DIR",
+                   help="private directory: checkpoints, diagnostics, warm starts; never release it (default: "
+                        "private; required with --out, so no run can replace another's checkpoint)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",
@@ -156,9 +210,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("train-sweep", help="train a sweep's cells together on one device (sweeps.<name>.train_together)")
     s.add_argument("sweep")
     add_params_arg(s)
-    s.add_argument("--out", default="models", help="models directory (each cell's `dpsynth train` releases there)")
-    s.add_argument("--private-out", default="private", metavar="DIR",
-                   help="private directory: the cells' checkpoints, PRIVATE/sweeps/<sweep>/group.json")
+    s.add_argument("--out", default=None, help="models directory (each cell's `dpsynth train` releases there; "
+                   "default: models)")
+    s.add_argument("--private-out", default=None, metavar="DIR",
+                   help="private directory: the cells' checkpoints, PRIVATE/sweeps/<sweep>/group.json (default: "
+                        "private; required with --out)")
     s.add_argument("--device", default="auto", help=DEVICE_HELP)
     s.add_argument("--no-progress", action="store_true", help="no progress lines")
     s.add_argument("--forward-mode", choices=("auto", "vmap", "loop"), default="auto",

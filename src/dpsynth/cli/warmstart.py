@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from dpsynth.cli.common import DEVICE_HELP, add_params_arg
+from dpsynth.cli.common import DEVICE_HELP, add_params_arg, seed_arg
 from dpsynth.errors import ConfigError
 
 
@@ -32,7 +32,7 @@ def _warmstart(args: argparse.Namespace) -> int:
 
     args.checkpoint_every = None  # build_context is shared with `train`; a warm start has no checkpoints
     args.out = "models"  # unused: a warm start writes only under --private-out
-    ctx = build_context(args)
+    ctx = build_context(args, releases=False)
     if not ctx.experiment.spec.needs_warm_start:
         raise ConfigError(f"experiment {args.experiment!r} uses method {ctx.experiment.method!r}, which trains "
                           "without a critic warm start")
@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("warmstart", help="warm-start a GS-WGAN experiment's critics (non-private, per shard)")
     p.add_argument("experiment")
     add_params_arg(p)
-    p.add_argument("--seed", type=int, default=None, help="run seed: fixes the shards (default: first of params seeds)")
+    p.add_argument("--seed", type=seed_arg, default=None, help="run seed: fixes the shards (default: first of params seeds)")
     p.add_argument("--private-out", default="private", metavar="DIR",
                    help="private directory the critics go to (default: private); never release it")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)  # checked by build_context

@@ -8,6 +8,8 @@ so every later stage can trust the arrays it is given.
 
 from __future__ import annotations
 
+import errno
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +85,14 @@ def load_processed(path: str | Path, num_classes: int | None = None) -> Dataset:
     """Load and validate ``data/processed/{name}.npz``."""
     path = Path(path)
     if not path.is_file():
+        if path.is_symlink():  # a link that leads nowhere: "run prepare" would not fix it
+            try:
+                path.stat()
+                why = "is not a regular file"
+            except OSError as exc:
+                why = "is a symbolic link loop" if exc.errno == errno.ELOOP else \
+                    f"is a symbolic link to a missing file ({os.readlink(path)})"
+            raise DataError(f"{path}: {why}; remove or fix the link, then run `dpsynth data prepare {path.stem}`")
         from dpsynth.data.registry import DATASETS, unknown_dataset_message  # lazy: only on this error path
 
         if path.stem not in DATASETS:  # `data prepare <typo>` would only fail again: name the right ones

@@ -27,6 +27,7 @@ from dpsynth.data.idx import parse_idx
 from dpsynth.data.npm import NpmSource
 from dpsynth.data.registry import DatasetSpec, get_spec
 from dpsynth.errors import DataError
+from dpsynth.locations import UNWRITABLE
 from dpsynth.io import remove_stale_temps, write_json, write_npz, writer_prefix
 
 
@@ -187,7 +188,7 @@ def _writing_to(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, *UNWRITABLE):
             raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
         raise
 

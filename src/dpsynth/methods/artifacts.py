@@ -19,6 +19,7 @@ import torch
 
 from dpsynth.errors import DpsynthError
 from dpsynth.io import atomic_path, sha256_file
+from dpsynth.locations import UNWRITABLE
 from dpsynth.methods.context import TrainContext
 
 
@@ -36,7 +37,7 @@ def writing_to(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno in DISK_FULL:
+        if exc.errno in (*DISK_FULL, *UNWRITABLE):
             raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
         raise
     except RuntimeError as exc:

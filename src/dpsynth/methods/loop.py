@@ -22,6 +22,7 @@ Every method returns the same :class:`TrainResult`.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,8 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
     state = ckpt.load()
     step = 0
+    if state is None:
+        say_if_retraining_a_release(ctx)
     if state is not None:
         step = int(state["step"])
         if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
@@ -218,3 +221,15 @@ def drive(lead: TrainContext, step_fn: Callable[[], Any], check: Callable[[], No
         for log in logs:
             log.close()
     return step, (step - steps_start) / max(time.perf_counter() - t_start, 1e-9)
+
+
+def say_if_retraining_a_release(ctx: TrainContext) -> None:
+    """A run with released files but no checkpoint of this configuration trains from step 0: its
+    release cannot be verified or re-released without the checkpoint, so it is replaced -- and the
+    private data is used again. Say so, once, instead of retraining silently."""
+    released = [p for p in (ctx.generator_path, *ctx.also_released) if p.exists() or p.is_symlink()]
+    if released:
+        print(f"dpsynth: {ctx.name}: {', '.join(map(str, released))} exist(s) but {ctx.checkpoint_path} holds no "
+              "checkpoint of this configuration, so the release cannot be verified; training again from step 0 "
+              "(the new release replaces it and spends the privacy budget again)", file=sys.stderr)
+

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Mutation check of the privacy wiring tests (issue #15): apply each mutation to the source, run
-tests/test_privacy_wiring.py (and the secret-noise test), report which test caught it, restore the source.
+"""Mutation check of the privacy tests: apply each mutation to the source, run
+tests/test_privacy_wiring.py (without its slow canary audit) and the DP-Sinkhorn secret-noise test, report
+which test caught it, restore the source. A privacy test that no mutation fails proves nothing; a mutation
+that no test catches is a hole.
+
 Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the adversarial variant) trains with
 privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
 target that file.
-Usage: .venv/bin/python scripts/privacy-mutations.py [INDEX ...]"""
-import subprocess, sys, pathlib
+
+Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
+mutation was not caught."""
+import argparse, pathlib, subprocess, sys
 R = pathlib.Path(__file__).resolve().parents[1]
 M = [
  ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
@@ -33,10 +38,37 @@ M = [
   "j = int(torch.randint(0, bank.copies, (1,), generator=gens[\"pick\"]))", "j = int(torch.randint(0, max(1, bank.copies // 2), (1,), generator=gens[\"pick\"]))"),
  ("seeded noise instead of OS entropy", "src/dpsynth/privacy/randomness.py",
   "return gen.manual_seed(secrets.randbits(63))", "return gen.manual_seed(1234)"),
+ ("released epsilon replaced by the target", "src/dpsynth/privacy/report.py",
+  "mechanism=mechanism, sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps), headline=\"rdp_classic\",",
+  "mechanism=mechanism, sigma=sigma, delta=delta, epsilon={**flatten_epsilon(eps), **({\"rdp_classic\": target_epsilon} if target_epsilon else {})}, headline=\"rdp_classic\","),
+ ("steps derived from 2*sigma (derive mode)", "src/dpsynth/methods/dp_sinkhorn/plan.py",
+  "steps = acc.max_steps(sigma, q, plan.delta, plan.epsilon,", "steps = acc.max_steps(2 * sigma, q, plan.delta, plan.epsilon,"),
+ ("secret numpy generator seeded with a constant", "src/dpsynth/privacy/randomness.py",
+  "return np.random.default_rng(secrets.randbits(128))", "return np.random.default_rng(1234)"),
 ]
-sel = sys.argv[1:] 
+ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog="mutations:\n" + "\n".join(f"  {i:2d}  {m[0]}  ({m[1]})" for i, m in enumerate(M)))
+ap.add_argument("index", nargs="*", type=int, help="run only these mutations (default: all)")
+ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+ap.add_argument("--check", action="store_true", help="check that every mutation still applies (its source text "
+                "occurs exactly once) and exit, without running any test")
+args = ap.parse_args()
+if args.list:
+    for i, m in enumerate(M):
+        print(f"{i:2d} | {m[0]} | {m[1]}")
+    sys.exit(0)
+if args.check:
+    stale = [f"{i} | {m[0]} | {m[1]}: its source text occurs {(R / m[1]).read_text().count(m[2])} times"
+             for i, m in enumerate(M) if (R / m[1]).read_text().count(m[2]) != 1]
+    print("\n".join(stale) or f"all {len(M)} mutations apply")
+    sys.exit(1 if stale else 0)
+bad = [i for i in args.index if not 0 <= i < len(M)]
+if bad:
+    ap.error(f"no mutation {bad[0]} (0..{len(M) - 1}; see --list)")
+missed = 0
 for i, (name, f, old, new) in enumerate(M):
-    if sel and str(i) not in sel: continue
+    if args.index and i not in args.index: continue
     p = R / f; src = p.read_text()
     assert src.count(old) == 1, (name, src.count(old))
     p.write_text(src.replace(old, new))
@@ -46,5 +78,7 @@ for i, (name, f, old, new) in enumerate(M):
                            cwd=R, capture_output=True, text=True, timeout=600)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
         print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)
+        missed += not failed
     finally:
         p.write_text(src)
+sys.exit(1 if missed else 0)

@@ -20,6 +20,7 @@ are listed in the closing note of issue #15: every one fails at least one test h
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,76 @@ def test_black_box_canary_audit_of_the_real_step():
     claimed = acc_epsilon(sigma, 1.0, 1, 1e-5)["rdp_classic"]
     eps_lb, _, _ = empirical_epsilon(p0, p1, 1e-5, confidence=0.95)
     assert eps_lb <= claimed, f"the real step leaks more than the accountant says: {eps_lb:.2f} > {claimed:.2f}"
+
+
+# --------------------------------------------------------------------------- what a run releases
+
+
+def _released_run(tmp: Path, privacy: dict[str, Any], preset: ScalePreset | None = None) -> tuple[TrainContext,
+                                                                                                 dict[str, Any]]:
+    """A whole DP-Sinkhorn run (to its release) with ``privacy``; its released privacy.json."""
+    exp = Experiment.model_validate({
+        "method": "dp_sinkhorn", "dataset": "synthetic", "privacy": privacy,
+        "hparams": {"batch_size": BATCH, "lr": 1e-3, "clip": 0.5, "sinkhorn_iters": 5}})
+    preset = preset or ScalePreset(n_synthetic=10, n_synthetic_sets=1, classifier_max_epochs=1, fid_samples=10)
+    ctx = TrainContext("w", exp, preset, "smoke", 0, _data(), tmp, resolve_privacy(exp, preset), progress=False,
+                       noise=NoiseSource())
+    summary = dp_sinkhorn.train(ctx)
+    assert summary["finished"] is True
+    return ctx, json.loads(ctx.privacy_path.read_text())
+
+
+def _independent_epsilon(rep: dict[str, Any]) -> float:
+    """The accountant's epsilon for the (sigma, q, steps, delta) the report records."""
+    return acc_epsilon(rep["sigma"], rep["q"], rep["steps"], rep["delta"], sampling=rep["sampling"])["rdp_classic"]
+
+
+def test_the_released_epsilon_is_the_accountants_for_the_recorded_run(tmp_path):
+    """Calibrate mode (a step budget, sigma calibrated to epsilon 10): the released epsilon is what the
+    accountant says of the recorded (sigma, q, steps) to 1e-9 -- not the target, which it only nears
+    (9.9988 here), and what the budget guard charged."""
+    ctx, rep = _released_run(tmp_path, {"epsilon": 10.0, "delta": 1e-5, "steps": 12})
+    guard = _accountant(ctx)
+    assert (rep["steps"], rep["q"], rep["headline"]) == (12, BATCH / N_RECORDS, "rdp_classic")
+    assert rep["sigma"] == guard["sigma"] and rep["q"] == guard["q"]
+    released = rep["epsilon"]["rdp_classic"]
+    assert released == pytest.approx(_independent_epsilon(rep), abs=1e-9)
+    assert 9.9 < released < 10.0 and rep["target_epsilon"] == 10.0
+
+
+def test_steps_derived_from_sigma_stop_at_the_true_budget(tmp_path):
+    """Derive mode (the papers': sigma given, no step budget): the run takes exactly the most steps
+    whose epsilon stays within the target -- one more would exceed it -- for the sigma it trains with,
+    and releases that epsilon. (q = 0.05, sigma 2, epsilon 0.8, delta 1e-5: 20 steps.)"""
+    sigma, target, delta, q = 2.0, 0.8, 1e-5, BATCH / N_RECORDS
+    ctx, rep = _released_run(tmp_path, {"epsilon": target, "delta": delta, "sigma": sigma})
+    assert ctx.privacy_plan.mode == "derive_steps"
+    steps = rep["steps"]
+    assert acc_epsilon(sigma, q, steps, delta)["rdp_classic"] <= target < acc_epsilon(sigma, q, steps + 1,
+                                                                                      delta)["rdp_classic"]
+    assert steps == 20 and rep["sigma"] == sigma and _accountant(ctx)["sigma"] == sigma
+    assert rep["epsilon"]["rdp_classic"] == pytest.approx(_independent_epsilon(rep), abs=1e-9)
+    log = (ctx.out_dir / "train_log.csv").read_text().strip().splitlines()
+    assert int(log[-1].split(",")[0]) == steps  # the public log ends at the derived step count
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in vars(NoiseSource) if k.endswith(("_generator", "_rng"))))
+def test_every_secret_generator_is_fresh_per_run(kind):
+    """Every kind of generator a run draws private randomness from (each ``NoiseSource`` method that
+    hands one out: torch streams for sampling and noise, numpy streams for the local mechanisms) is
+    seeded from OS entropy in secret mode -- two runs of one configuration draw different values on
+    every stream -- and replays exactly only in reproducible mode. 64-bit draws collide with
+    probability 2^-64."""
+    def draws(source: NoiseSource, stream: int) -> list[int]:
+        if kind == "torch_generator":
+            return torch.randint(0, 2**62, (4,), generator=source.torch_generator("cpu", stream)).tolist()
+        return source.numpy_rng(stream).integers(0, 2**62, 4).tolist()
+
+    assert kind in ("torch_generator", "numpy_rng"), f"a new generator kind {kind}: add its draw above"
+    for stream in (2, 3, 11, 12, 13):
+        assert draws(NoiseSource(), stream) != draws(NoiseSource(), stream), f"{kind} stream {stream} replays"
+        again = [draws(NoiseSource("reproducible", 7), stream) for _ in range(2)]
+        assert again[0] == again[1]
 
 
 # --------------------------------------------------------------------------- GS-WGAN

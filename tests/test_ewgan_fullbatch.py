@@ -94,7 +94,7 @@ def test_a_step_above_the_dense_limit_runs_blockwise_with_the_same_result(loss: 
     name = "online_entropic_loss" if loss == "entropic" else "online_sinkhorn_divergence"
     real = getattr(online, name)
     monkeypatch.setattr(online, name, lambda *a, **k: calls.append(k["block"]) or real(*a, **k))
-    monkeypatch.setattr(ew, "DENSE_MAX_ENTRIES", 300 * 300 - 1)
+    monkeypatch.setattr(ew.loss, "DENSE_MAX_ENTRIES", 300 * 300 - 1)  # where ewgan_loss reads it
     blockwise = one_step()
     assert calls and calls[0] < 300
     for a, b in zip(dense, blockwise):

@@ -1,0 +1,214 @@
+"""The entropic WGAN's record space and its three losses (entropic plan, exact W_p, Sinkhorn
+divergence), matched to the local mechanism's noise; see the package docstring for why the entropic
+loss is not debiased."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dpsynth.config import EntropicWGANHparams, Experiment, LocalMechanism
+from dpsynth.data.dataset import images_to_signed
+from dpsynth.errors import ConfigError, DataError
+from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
+from dpsynth.ot.costs import GroundCost
+
+LOSSES = ("entropic", "exact", "sinkhorn_divergence")
+DEFAULT_SINKHORN_ITERS = 400  # seed 003 §4.3-4.4: L = 400 Sinkhorn-Knopp iterations
+MATCHED_P = {"laplace": 1, "gaussian": 2}  # f_N ~ exp(-||x||_p^p / (p s^p))
+
+
+# --------------------------------------------------------------------------- record space
+
+
+def to_records(x: np.ndarray) -> np.ndarray:
+    """Data -> float64 records ``(N, D)``: uint8 images to [-1, 1] flattened; points as they are."""
+    x = np.asarray(x)
+    if x.ndim == 4:
+        if x.dtype != np.uint8:
+            raise DataError(f"image records must be uint8 (N, C, H, W), got {x.dtype}")
+        return images_to_signed(x.reshape(x.shape[0], -1))
+    if x.ndim == 2:
+        if not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
+            raise DataError("point records must be finite floats (N, D)")
+        return x.astype(np.float64)
+    raise DataError(f"records have shape {x.shape}; expected images (N, C, H, W) or points (N, D)")
+
+
+# --------------------------------------------------------------------------- matched loss
+
+
+def local_noise(local: LocalMechanism) -> dict[str, Any]:
+    """The mechanism's noise scale and both epsilon conventions, from the privacy library itself.
+
+    Calls the very mechanism the privatize stage uses (on one dummy record) so the trainer's
+    temperature can never drift from the noise actually added.
+    """
+    from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
+
+    dummy = np.zeros((1, 1))
+    if local.mechanism == "laplace":
+        _, rep = laplace_mechanism(dummy, local.radius, local.epsilon, 0)
+    else:
+        if local.delta is None:
+            raise ConfigError("local.delta: the Gaussian mechanism needs delta in (0, 0.5)")
+        _, rep = gaussian_mechanism(dummy, local.radius, local.epsilon, local.delta, 0)
+    return {
+        "mechanism": local.mechanism,
+        "noise_scale": rep.noise_scale,
+        "epsilon": rep.epsilon,
+        "epsilon_paper_convention": rep.epsilon_paper_convention,
+        "delta": rep.delta,
+        "radius": rep.radius,
+        "sensitivity": rep.sensitivity,
+        "sensitivity_paper_convention": rep.radius,
+    }
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Everything that defines the training objective (stored in checkpoints to refuse a mixed resume)."""
+
+    loss: str
+    p: int
+    temperature: float  # lambda = p s^p, in the cost's units
+    n_iter: int
+    scaling: float | None
+    dct_shape: tuple[int, ...] | None = None
+    geomloss_scaling: float | None = None  # set: ``scaling``/``n_iter`` come from geomloss's schedule per solve
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ConfigError(f"hparams.loss: unknown loss {self.loss!r}; choose one of {list(LOSSES)}")
+        if self.p not in (1, 2):
+            raise ConfigError(f"cost p must be 1 or 2, got {self.p!r}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+
+    @property
+    def cost(self) -> GroundCost:
+        return lp_power_cost(self.p)
+
+
+def loss_spec_for(exp: Experiment, record_shape: tuple[int, ...]) -> LossSpec:
+    """The objective an experiment trains with; a mechanism/cost mismatch is an error unless allowed."""
+    if exp.local is None:
+        raise ConfigError("entropic_wgan trains on locally privatized records: the experiment needs a "
+                          "local: section (its temperature is matched to that noise)")
+    h: EntropicWGANHparams = exp.hparams  # type: ignore[assignment]
+    matched = MATCHED_P[exp.local.mechanism]
+    p = matched if h.cost_p is None else int(h.cost_p)
+    if p != matched and not h.allow_mismatch:
+        raise ConfigError(
+            f"hparams.cost_p={p} does not match the {exp.local.mechanism} mechanism (its noise density is "
+            f"exp(-|x|^{matched}), so p={matched}); set hparams.allow_mismatch: true for this ablation")
+    s = local_noise(exp.local)["noise_scale"]
+    dct_shape = tuple(record_shape) if exp.local.dct else None
+    if dct_shape is not None and len(dct_shape) < 2:
+        raise ConfigError("local.dct needs image records (C, H, W), not points")
+    n_iter = DEFAULT_SINKHORN_ITERS if h.sinkhorn_iters is None else int(h.sinkhorn_iters)
+    return LossSpec(loss=h.loss, p=p, temperature=p * s**p, n_iter=n_iter,
+                    scaling=None if h.geomloss_scaling is not None else h.sinkhorn_scaling, dct_shape=dct_shape,
+                    geomloss_scaling=h.geomloss_scaling)
+
+
+# --------------------------------------------------------------------------- DCT (differentiable)
+
+
+class TorchDCT:
+    """Orthonormal DCT-II over every axis of a record's image shape, as ``scipy.fft.dctn(norm="ortho")``
+    in ``privacy.local.dct_records`` (without the quantile zeroing, which only the data gets)."""
+
+    def __init__(self, image_shape: tuple[int, ...], device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.image_shape = tuple(int(s) for s in image_shape)
+        self.mats = [self.matrix(n).to(device=device, dtype=dtype) for n in self.image_shape]
+
+    @staticmethod
+    def matrix(n: int) -> Tensor:
+        k = torch.arange(n, dtype=torch.float64)[:, None]
+        i = torch.arange(n, dtype=torch.float64)[None, :]
+        m = torch.cos(math.pi * k * (2 * i + 1) / (2 * n)) * math.sqrt(2.0 / n)
+        m[0] /= math.sqrt(2.0)
+        return m
+
+    def __call__(self, flat: Tensor) -> Tensor:
+        x = flat.reshape(flat.shape[0], *self.image_shape)
+        for axis, m in enumerate(self.mats, start=1):
+            x = torch.movedim(torch.movedim(x, axis, -1) @ m.T, -1, axis)
+        return x.reshape(flat.shape[0], -1)
+
+
+# --------------------------------------------------------------------------- the three losses
+
+
+DENSE_MAX_ENTRIES = 1 << 24  # above this many cost entries (64 MiB in float32) the cost is never stored
+EXACT_MAX_ENTRIES = 25_000_000  # network simplex on 5,000 x 5,000 already takes minutes
+
+
+def geomloss_schedule(x: Tensor, y: Tensor, spec: LossSpec) -> tuple[int, float]:
+    """``(n_iter, ratio)`` reproducing geomloss's eps-scaling for our solver: geomloss starts at the
+    bounding box's diameter (here the largest cost inside the box of both clouds, exact for
+    ``||.||_p^p``), lowers the blur by ``geomloss_scaling`` per iteration (the temperature by its
+    p-th power) and stops at lambda, one update per temperature. One host sync per solve."""
+    assert spec.geomloss_scaling is not None
+    with torch.no_grad():
+        lo = torch.minimum(x.detach().amin(0), y.amin(0))
+        hi = torch.maximum(x.detach().amax(0), y.amax(0))
+        cmax = float(spec.cost(lo[None], hi[None]).reshape(()))
+    ratio = spec.geomloss_scaling ** spec.p
+    if cmax <= spec.temperature:
+        return 1, ratio
+    return int(math.ceil(math.log(cmax / spec.temperature) / math.log(1.0 / ratio))) + 1, ratio
+
+
+def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
+    """Scalar loss between generated ``x`` (B, D) (differentiable) and privatized ``y`` (M, D).
+
+    ``entropic`` and ``exact`` return ``<plan, C>`` with the plan computed without autograd
+    (so the gradient is ``sum_ij plan_ij grad C_ij``, Algorithm 1); ``sinkhorn_divergence``
+    is the debiased S_lambda with the envelope-theorem gradient of ``dpsynth.ot``. Above
+    ``DENSE_MAX_ENTRIES`` cost entries (seed 003's full batches of 400,000 points) the entropic
+    losses run the blockwise solver of ``dpsynth.ot.online``: the same values and gradients,
+    memory O(block x M) instead of O(B x M).
+    """
+    cost = spec.cost
+    n_iter, scaling = spec.n_iter, spec.scaling
+    if spec.geomloss_scaling is not None and spec.loss != "exact":
+        n_iter, scaling = geomloss_schedule(x, y, spec)
+    big = x.shape[0] * y.shape[0] > DENSE_MAX_ENTRIES
+    if spec.loss == "exact" and x.shape[0] * y.shape[0] > EXACT_MAX_ENTRIES:
+        raise ConfigError(f"hparams.batch_size: the exact loss solves a network simplex on a {x.shape[0]} x "
+                          f"{y.shape[0]} cost matrix, beyond {EXACT_MAX_ENTRIES:,} entries (hours per step); use "
+                          "a batch of at most 5000 or an entropic loss")
+    if big and spec.loss != "exact":
+        from dpsynth.ot.online import online_entropic_loss, online_sinkhorn_divergence
+
+        fn = online_entropic_loss if spec.loss == "entropic" else online_sinkhorn_divergence
+        return fn(x, y, spec.temperature, cost=cost, n_iter=n_iter, scaling=scaling,
+                  block=max(1, DENSE_MAX_ENTRIES // max(x.shape[0], y.shape[0])))
+    if spec.loss == "sinkhorn_divergence":
+        # S = W(x, y) - W(x, x)/2 - W(y, y)/2; the data-data term has no generator gradient, so it
+        # is dropped (saves a third of the solves; the gradient is that of S).
+        kw: dict[str, Any] = {"eps": spec.temperature, "cost": cost, "n_iter": n_iter,
+                              "scaling": scaling, "validate": False}
+        return entropic_ot(x, y, **kw) - 0.5 * entropic_ot(x, x, **kw)
+    c = cost(x, y)
+    a = torch.full((x.shape[0],), 1.0 / x.shape[0], dtype=c.dtype, device=c.device)
+    b = torch.full((y.shape[0],), 1.0 / y.shape[0], dtype=c.dtype, device=c.device)
+    if spec.loss == "entropic":
+        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=n_iter, scaling=scaling)
+        plan = transport_plan(c.detach(), a, b, f, g, spec.temperature)
+    else:
+        import ot  # POT: exact network-simplex solver
+
+        c64 = c.detach().to("cpu", torch.float64).numpy()
+        w = np.full(x.shape[0], 1.0 / x.shape[0]), np.full(y.shape[0], 1.0 / y.shape[0])
+        plan_np = ot.emd(w[0], w[1], c64, numItermax=max(100_000, 50 * c64.size))
+        plan = torch.from_numpy(plan_np).to(device=c.device, dtype=c.dtype)
+    return (plan.detach() * c).sum()

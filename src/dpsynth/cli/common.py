@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -139,12 +139,21 @@ def resolve_device(value: str, option: str = "--device") -> torch.device:
     return torch.device(kind if index is None else f"{kind}:{index}")
 
 
-def seed_arg(text: str) -> int:
-    """argparse type: a seed is a whole number >= 0 (numpy refuses negative seeds with a traceback)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``, refused in argparse's one line otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+#: A seed is >= 0 (numpy refuses a negative seed with a traceback).
+seed_arg = int_at_least(0)
+#: Step counts and intervals are >= 1 (an interval of 0 would never checkpoint; a slice of 0 steps times nothing).
+positive_int = int_at_least(1)

@@ -14,6 +14,7 @@ from dpsynth.cli.common import (
     get_experiment,
     params_from_args,
     params_path,
+    positive_int,
     resolve_device,
     seed_arg,
 )
@@ -176,18 +177,6 @@ def _train_cells_together(args: argparse.Namespace, sweep, cells: list[str], sum
             summaries[s["experiment"]] = s
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: a checkpoint interval of 0 or less would never checkpoint (or divide by zero);
-    a slice of 0 steps would time nothing."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an experiment's generator")
     p.add_argument("experiment")
@@ -200,9 +189,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "private; required with --out, so no run can replace another's checkpoint)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
-    p.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="N",
                    help="write a resume checkpoint every N steps (default: the method's)")
-    p.add_argument("--max-steps-this-run", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-steps-this-run", type=positive_int, default=None, metavar="N",
                    help="stop after N steps of this run, for timed slices and benchmarks: the run "
                         "checkpoints (nothing is released) and a later `dpsynth train` resumes it")
     p.set_defaults(func=_train)

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from dpsynth.errors import DataError
+from dpsynth.locations import UNWRITABLE
 
 
 def _host_tag() -> str:
@@ -308,3 +309,21 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+#: errno values of a write that failed because of where it went (a full disk or quota, a read-only or
+#: forbidden folder): the CLI reports them in one line naming the output, without a traceback.
+ENVIRONMENT_WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, *UNWRITABLE)
+
+
+@contextlib.contextmanager
+def naming_failed_writes(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Make such a failed write name ``path``: the OS reports it without a file name (a write into an
+    open handle) or naming an internal temporary, and the user needs to know which output it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in ENVIRONMENT_WRITE_ERRORS:
+            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+        raise
+

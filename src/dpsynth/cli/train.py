@@ -47,11 +47,10 @@ def build_context(args: argparse.Namespace, *, releases: bool = True):
 
     from dpsynth.config import resolve_run
     from dpsynth.data.dataset import Dataset, load_processed, subset_indices
+    from dpsynth.locations import check_writable_dir
     from dpsynth.methods.context import TrainContext
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
-
-    from dpsynth.locations import check_writable_dir
 
     device = resolve_device(args.device)  # before any work: a bad --device fails in a second, clearly
     if releases:

@@ -31,20 +31,26 @@ class KeyedValueError(ValueError):
         self.subkey = subkey
 
 
-def format_validation(exc: ValidationError, prefix: str = "") -> str:
-    """One ``key.path: reason (got value)`` per error, joined by ``; ``."""
-    lines = []
+def validation_errors(exc: ValidationError) -> list[tuple[str, str]]:
+    """``(key.path, reason (got value))`` per error: pydantic's location with a ``KeyedValueError``'s
+    sub-key appended, and its messages in this project's words."""
+    out = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
         sub = getattr(err.get("ctx", {}).get("error"), "subkey", None)
         if sub:
             loc = ".".join(x for x in (loc, sub) if x)
-        key = ".".join(x for x in (prefix, loc) if x) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         got = err.get("input")
         if err["type"] not in ("missing",) and not isinstance(got, dict | list):
             msg += f" (got {got!r})"
-        lines.append(f"{key}: {msg}")
-    return "; ".join(lines)
+        out.append((loc, msg))
+    return out
+
+
+def format_validation(exc: ValidationError, prefix: str = "") -> str:
+    """One ``key.path: reason (got value)`` per error, joined by ``; ``."""
+    return "; ".join(f"{'.'.join(x for x in (prefix, loc) if x) or '(top level)'}: {msg}"
+                     for loc, msg in validation_errors(exc))

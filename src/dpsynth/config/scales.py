@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from dpsynth.config.base import KeyedValueError, Strict
+from dpsynth.config.base import KeyedValueError, Strict, validation_errors
 from dpsynth.config.methods import METHOD_SPECS, refuse_foreign_keys
 
 
@@ -60,11 +60,8 @@ class ScalePreset(Strict):
             except KeyedValueError as exc:
                 raise KeyedValueError(f"{method}.{exc.subkey}", str(exc)) from None
             except ValidationError as exc:
-                err = exc.errors()[0]
-                sub = getattr(err.get("ctx", {}).get("error"), "subkey", None)
-                loc = ".".join([method, *(str(p) for p in err["loc"]), *([sub] if sub else [])])
-                msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-                raise KeyedValueError(loc, msg) from None
+                loc, msg = validation_errors(exc)[0]
+                raise KeyedValueError(".".join(x for x in (method, loc) if x), msg) from None
         return v
 
     @field_validator("method_train_steps")

@@ -7,13 +7,10 @@ failed re-preparation (a full disk) leaves the previous pair untouched.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import platform
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +24,7 @@ from dpsynth.data.idx import parse_idx
 from dpsynth.data.npm import NpmSource
 from dpsynth.data.registry import DatasetSpec, get_spec
 from dpsynth.errors import DataError
-from dpsynth.locations import UNWRITABLE
-from dpsynth.io import remove_stale_temps, write_json, write_npz, writer_prefix
+from dpsynth.io import naming_failed_writes, remove_stale_temps, write_json, write_npz, writer_prefix
 
 
 @dataclass(frozen=True)
@@ -181,18 +177,6 @@ def prepare(name: str, src: Sources) -> dict[str, Any]:
     return info
 
 
-@contextlib.contextmanager
-def _writing_to(path: Path) -> Iterator[None]:
-    """A full disk surfaces as an OSError naming no file (or an internal temporary): name the
-    output, so the CLI can say which one did not fit."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, *UNWRITABLE):
-            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
-        raise
-
-
 def _reserve_temp(dest: Path) -> Path:
     # the writer's host+pid in the name: a later successful prepare removes a killed one's leftovers
     fd, tmp = tempfile.mkstemp(prefix=writer_prefix(dest), suffix=".pending.tmp", dir=dest.parent)
@@ -209,11 +193,11 @@ def write_pair(npz_path: Path, json_path: Path, arrays: dict[str, np.ndarray], i
     npz_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[Path] = []
     try:
-        with _writing_to(npz_path):
+        with naming_failed_writes(npz_path):
             tmp_npz = _reserve_temp(npz_path)
             temps.append(tmp_npz)
             write_npz(tmp_npz, **arrays)
-        with _writing_to(json_path):
+        with naming_failed_writes(json_path):
             tmp_json = _reserve_temp(json_path)
             temps.append(tmp_json)
             write_json(tmp_json, info)

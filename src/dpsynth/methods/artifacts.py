@@ -18,13 +18,8 @@ from typing import Any
 import torch
 
 from dpsynth.errors import DpsynthError
-from dpsynth.io import atomic_path, sha256_file
-from dpsynth.locations import UNWRITABLE
+from dpsynth.io import atomic_path, naming_failed_writes, sha256_file
 from dpsynth.methods.context import TrainContext
-
-
-#: errno values that mean "the output did not fit": the CLI reports them without a traceback.
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextmanager
@@ -35,11 +30,8 @@ def writing_to(path: Path) -> Iterator[None]:
     "unexpected pos ...") that carries no errno at all. The CLI can tell the user which output
     did not fit only if the error names it."""
     try:
-        yield
-    except OSError as exc:
-        if exc.errno in (*DISK_FULL, *UNWRITABLE):
-            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
-        raise
+        with naming_failed_writes(path):
+            yield
     except RuntimeError as exc:
         if not _is_torch_write_failure(exc):
             raise

@@ -1,4 +1,4 @@
-"""One-off measurement of the "Real data" rows (DESIGN §7) on digits and Fashion-MNIST.
+"""One-off measurement of the "Real data" rows (docs/architecture.md, evaluation) on digits and Fashion-MNIST.
 
 Trains the evaluation classifiers on REAL training data and scores them on the real test
 split, recording accuracy and wall time, to check the acceptance bars (Fashion-MNIST: CNN

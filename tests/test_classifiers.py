@@ -1,4 +1,4 @@
-"""Downstream classifiers (DESIGN §7): accuracy on real digits, early stopping, input checks,
+"""Downstream classifiers (docs/architecture.md, evaluation): accuracy on real digits, early stopping, input checks,
 and a proof that the test split is read only after model selection is finished."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entropic W_p GAN on locally privatized data (seed 003): the denoising claim, the three
+"""Entropic W_p GAN on locally privatized data (Reshetova et al., arXiv:2306.09547): the denoising claim, the three
 losses, the matched temperature, the DCT path, exact resume and the train CLI."""
 
 from __future__ import annotations

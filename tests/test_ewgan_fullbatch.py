@@ -1,4 +1,4 @@
-"""Seed 003's 2-D experiments at the paper scale: full batches of 400,000 points, geomloss's
+"""Reshetova et al.'s (arXiv:2306.09547) 2-D experiments at the paper scale: full batches of 400,000 points, geomloss's
 eps-scaling 0.99, the blockwise solver above the dense limit, and the exact loss's limit."""
 
 from __future__ import annotations

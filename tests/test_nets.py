@@ -32,7 +32,7 @@ def test_dcgan_mnist_layout_shape_range_and_param_count() -> None:
 def test_dcgan_unconditional_latent100_is_the_same_code() -> None:
     gen = build_generator("dcgan", latent_dim=100, num_classes=None)
     z = gen.sample_latent(5, torch.Generator().manual_seed(0))
-    assert z.shape == (5, 100) and z.min() >= 0 and z.max() < 1  # U[0,1]^100 (seed 003)
+    assert z.shape == (5, 100) and z.min() >= 0 and z.max() < 1  # U[0,1]^100 (Reshetova et al., arXiv:2306.09547)
     assert gen.sample_labels(5) is None and gen(z).shape == (5, 1, 28, 28)
     with pytest.raises(ConfigError, match="unconditional"):
         gen(z, torch.zeros(5, dtype=torch.long))

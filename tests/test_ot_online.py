@@ -1,4 +1,4 @@
-"""dpsynth.ot.online (the blockwise Sinkhorn for seed 003's full batches of 400,000 points) gives the
+"""dpsynth.ot.online (the blockwise Sinkhorn for Reshetova et al.'s full batches of 400,000 points) gives the
 dense solver's potentials, values and x-gradients, and never asks for more than block x max(N, M)
 cost entries.
 

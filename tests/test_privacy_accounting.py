@@ -21,7 +21,7 @@ def test_classic_orders_are_tf_privacy_classic() -> None:
 def test_dp_sinkhorn_mnist_steps_classic_about_3_46_million() -> None:
     classic = acc.max_steps(1.1, MNIST_Q, 1e-5, 10.0)
     modern = acc.max_steps(1.1, MNIST_Q, 1e-5, 10.0, conversion="modern")
-    # DESIGN 5.1: "about 3.46 million steps with the classic conversion"; 1% tolerance.
+    # ICLR submission App. D.4: "about 3.46 million steps with the classic conversion"; 1% tolerance.
     assert 3.42e6 <= classic <= 3.50e6
     assert modern > classic  # the modern conversion is tighter
     # the boundary is exact: one more step crosses the target
@@ -56,7 +56,7 @@ def test_calibrate_sigma_inverts_max_steps() -> None:
 
 
 def test_celeba_steps_match_design() -> None:
-    # DESIGN 5.1: epsilon 10 after ~0.46 M steps, 1.1 M steps is epsilon ~16 (5% tolerance).
+    # ICLR submission App. D.4 (CelebA): epsilon 10 after ~0.46 M steps, 1.1 M steps is epsilon ~16 (5% tolerance).
     q = 200 / 162770
     assert acc.max_steps(0.8, q, 1e-6, 10.0) == pytest.approx(0.46e6, rel=0.05)
     assert acc.epsilon(0.8, q, 1_100_000, 1e-6)["rdp_classic"] == pytest.approx(16, rel=0.05)
@@ -71,7 +71,7 @@ def test_without_replacement_is_replace_one_and_costs_more() -> None:
 
 def test_gswgan_published_settings_both_ways() -> None:
     eps = acc.gswgan_epsilon(1.07, 1000, 32, 20000, 1e-5)
-    # DESIGN 5.2: as published ~9.2-10; sound ~366 (hundreds)
+    # docs/deviations.md row 8: as published ~9.2-10; sound ~366 (hundreds)
     assert 9.0 <= eps["as_published"]["rdp_modern"] <= eps["as_published"]["rdp_classic"] <= 10.5
     assert 300 <= eps["sound"]["rdp_modern"] <= 400
     assert eps["sound"]["rdp_classic"] > eps["as_published"]["rdp_classic"]

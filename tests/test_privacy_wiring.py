@@ -173,7 +173,7 @@ def test_dp_sinkhorn_param_ablation_noises_the_applied_parameter_gradient(tmp_pa
     # alpha_c and a low temperature make the parameter gradient large enough that C = 1 clips at 2C too
     ctx = _ctx(tmp_path, sanitizer="param", sigma=0.1, clip=0.5)
     dp_sinkhorn.train(ctx)
-    sigma, C = _accountant(ctx)["sigma"], 1.0  # DESIGN 5.1: the ablation clips the parameter gradient to 1
+    sigma, C = _accountant(ctx)["sigma"], 1.0  # the ablation clips the parameter gradient to 1
     assert len(clean_g) == len(applied) == STEPS
     resid, dirs, norms = [], [], []
     for clean, app in zip(clean_g, applied):

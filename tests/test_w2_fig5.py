@@ -1,4 +1,4 @@
-"""Seed 003 Fig. 5: the right panel's measure (entropic W2 at 2 sigma^2 to privatized data), the
+"""Reshetova et al. (arXiv:2306.09547) Fig. 5: the right panel's measure (entropic W2 at 2 sigma^2 to privatized data), the
 MNIST sweep at the paper's settings, and a sweep limited to other scales."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _half_circle(rng: np.random.Generator, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_entropic_w2_at_twice_the_noise_variance_prefers_the_clean_distribution(seed: int) -> None:
-    """Seed 003 eq. (16): at lambda = 2 sigma^2 the clean distribution minimises the entropic W2 to
+    """Reshetova et al. eq. (16): at lambda = 2 sigma^2 the clean distribution minimises the entropic W2 to
     Gaussian-privatized data -- which is why Fig. 5 (right) measures it. A generator that learnt the
     noisy data scores worse. At a tiny lambda (plain W2^2) the order flips: the noisy copy is closer,
     so the test fails if the temperature is not the one the paper names.

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, (help_, needs) in specs.items():
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--method", choices=("dp_sgd", "gs_wgan"), default="dp_sgd",
-                        help="dp_sgd: one subsampled Gaussian per step (DP-Sinkhorn); gs_wgan: DESIGN 5.2")
+                        help="dp_sgd: one subsampled Gaussian per step (DP-Sinkhorn); gs_wgan: see docs/deviations.md row 8")
         if "sigma" in needs:
             sp.add_argument("--sigma", type=float, required=True, help="noise multiplier")
         if "epsilon" in needs:
@@ -120,5 +120,5 @@ def handle(args: argparse.Namespace) -> int:
         print(f"{k:<{max(width, 25)}}{val}")
     if args.method == "gs_wgan":
         print("as_published: steps*B per-sample releases, sampled w/o replacement (the paper's code); "
-              "sound: one release of multiplier sigma/sqrt(B) per step (DESIGN 5.2) - the real guarantee")
+              "sound: one release of multiplier sigma/sqrt(B) per step (docs/deviations.md row 8) - the real guarantee")
     return 0

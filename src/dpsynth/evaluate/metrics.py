@@ -1,4 +1,4 @@
-"""One evaluation protocol for every generator (DESIGN 7): classifiers trained on each
+"""One evaluation protocol for every generator (docs/architecture.md, evaluation): classifiers trained on each
 synthetic set and scored on the real test split, FID against the real test split, and the
 privacy guarantee, gathered into ``results/runs/{experiment}/metrics.json``.
 

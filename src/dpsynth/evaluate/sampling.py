@@ -1,4 +1,4 @@
-"""Synthetic datasets: balanced labelled samples from a released generator (DESIGN §7).
+"""Synthetic datasets: balanced labelled samples from a released generator (docs/architecture.md, evaluation).
 
 Every synthetic ``.npz`` carries the generator's privacy report (as JSON text) and the
 SHA-256 of the generator file, so a dataset found on disk says what guarantee it has.

@@ -1,4 +1,4 @@
-"""W2 distance between generated records and the CLEAN data (seed 003 Fig. 5), and the
+"""W2 distance between generated records and the CLEAN data (Reshetova et al. (arXiv:2306.09547) Fig. 5), and the
 W2-versus-noise sweep over the three losses.
 
 Exact OT (POT's network simplex, ``ot.emd2``) on uniform subsamples of both sides, cost
@@ -64,7 +64,7 @@ def w2_distance(x: np.ndarray, y: np.ndarray, *, n: int | None = 1000, seed: int
 
 
 def entropic_w2(x: np.ndarray, y: np.ndarray, temperature: float, *, n: int | None = 1000, seed: int = 0) -> float:
-    """Seed 003's entropy-regularized ``W_{2,lambda}`` (eq. 8) between the empirical measures
+    """Reshetova et al.'s (arXiv:2306.09547) entropy-regularized ``W_{2,lambda}`` (eq. 8) between the empirical measures
     of ``x`` and ``y``: ``min_P <P, ||x - y||^2> + lambda KL(P | a x b)`` (for uniform
     empirical marginals the mutual-information term is that KL), in squared-cost units. 400
     eps-scaled Sinkhorn iterations: measured against 1,600, the value is within 1e-6 (relative)
@@ -122,7 +122,7 @@ def noise_sweep(
     Fig. 5's right panel ``entropic_w2_privatized`` -- ``W_{2,2s^2}`` from the generator to
     held-out privatized records (``clean_ref`` plus fresh noise, which no generator saw) -- and
     ``entropic_w2_privatized_clean``, the same for the clean held-out records themselves (the
-    value a generator equal to the clean distribution would get; by seed 003 eq. 16 the excess
+    value a generator equal to the clean distribution would get; by Reshetova et al. eq. 16 the excess
     over it bounds the smoothed KL), plus the settings. Defaults are §4.5's (MLP 2x500, latent
     U[0,1]^2, L = 200, b = 200).
     ``on_row`` sees each row as soon as it exists, ``on_step`` every generator step (progress).

@@ -1,4 +1,4 @@
-"""GS-WGAN (seed 004, DESIGN 5.2): a private generator trained against N_d warm-started critics.
+"""GS-WGAN (GS-WGAN (Chen et al., NeurIPS 2020, arXiv:2006.08265); sound accounting: docs/deviations.md row 8): a private generator trained against N_d warm-started critics.
 
 Each generator step picks one critic uniformly at random; that critic takes ``critic_steps``
 WGAN-GP steps on its own shard (non-private: critics are never released), then the
@@ -47,7 +47,7 @@ from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, gswgan_report
 from dpsynth.privacy.sanitizers import PerSampleSanitizer
 
-PAPER_STEPS = 20_000  # seed 004: generator iterations (non-private runs without a step budget)
+PAPER_STEPS = 20_000  # GS-WGAN: generator iterations (non-private runs without a step budget)
 LOG_EVERY = 10
 STEP_LOG_FIELDS = ("critic", "d_loss", "wasserstein", "g_loss", "max_sample_norm")
 LOG_FIELDS = [*STEP_LOG_FIELDS, *LOOP_LOG_FIELDS]
@@ -87,7 +87,7 @@ def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, i
         sigma = acc.gswgan_sound_sigma(n_critics, b, steps, delta, eps)
         return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
     if plan.mode == "derive_steps":
-        # The target is held to the SOUND accountant here too (DESIGN 5.2): deriving the steps from
+        # The target is held to the SOUND accountant here too (docs/deviations.md row 8): deriving the steps from
         # the published per-sample count would let a run configured for epsilon 10 end at ~369.
         sigma = float(plan.sigma)
         steps = acc.gswgan_sound_max_steps(sigma, n_critics, b, delta, eps)
@@ -138,7 +138,7 @@ def generator_step(
     """One generator update against ``critic`` (a one-critic bank).
 
     The critic's weights are detached, so the generator's gradient is
-    ``J_G^T * sanitize(d loss / d images)`` and nothing else (seed 004 eq. 11).
+    ``J_G^T * sanitize(d loss / d images)`` and nothing else (GS-WGAN eq. 11).
     """
     dev = next(G.parameters()).device
     z = G.sample_latent(batch_size, gen)

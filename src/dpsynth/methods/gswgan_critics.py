@@ -31,8 +31,8 @@ from dpsynth.io import write_json
 from dpsynth.methods.artifacts import torch_load, torch_save, writing_to
 from dpsynth.nets.gswgan import GSWGANGenerator, StackedCritics, bernoulli_latent
 
-PAPER_N_CRITICS = 1000  # seed 004: N_d = 1000 shards of 60 images
-PAPER_WARMUP_STEPS = 2000  # seed 004 code: pretrain 2,000 iterations
+PAPER_N_CRITICS = 1000  # GS-WGAN (arXiv:2006.08265): N_d = 1000 shards of 60 images
+PAPER_WARMUP_STEPS = 2000  # GS-WGAN authors' code: pretrain 2,000 iterations
 ARTIFACT_FORMAT = "dpsynth-gswgan-critics/1"
 CRITICS_FILE = "critics.pt"
 ADAM_EPS = 1e-8

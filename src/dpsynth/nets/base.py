@@ -9,8 +9,8 @@ from dpsynth.errors import ConfigError
 
 __all__ = ["Generator", "LATENT_DISTS"]
 
-# name -> what it is; uniform = U(0,1) (DP-Sinkhorn Alg. 1, seed 003 MNIST),
-# uniform_symmetric = U(-1,1) (seed 003 2-D manifolds), normal = N(0, 1).
+# name -> what it is; uniform = U(0,1) (DP-Sinkhorn Alg. 1, Reshetova et al. MNIST),
+# uniform_symmetric = U(-1,1) (Reshetova et al., arXiv:2306.09547, 2-D manifolds), normal = N(0, 1).
 LATENT_DISTS = ("uniform", "uniform_symmetric", "normal")
 
 

@@ -1,4 +1,4 @@
-"""DCGAN-style generator (DP-Sinkhorn MNIST/Fashion-MNIST; seed 003 MNIST with latent 100).
+"""DCGAN-style generator (DP-Sinkhorn MNIST/Fashion-MNIST; Reshetova et al. (arXiv:2306.09547) MNIST with latent 100).
 
 Layout (ICLR App. D.3, 28x28): ``[z, embed(label)]`` as a 1x1 map -> ConvT(k7, s1, p0) to
 256x7x7 -> ConvT(256->128, k4 s2 p1) 14x14 -> ConvT(128->64, k4 s2 p1) 28x28 ->

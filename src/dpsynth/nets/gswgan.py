@@ -1,4 +1,4 @@
-"""GS-WGAN networks (seed 004, published code): ResNet generator and DCGAN critic, STACKED.
+"""GS-WGAN networks (Chen et al., NeurIPS 2020, arXiv:2006.08265; the authors' code): ResNet generator and DCGAN critic, STACKED.
 
 Both networks hold ``copies`` independent sets of parameters with a leading copy axis and
 compute all copies at once with grouped convolutions (``groups=copies``) and batched

@@ -1,4 +1,4 @@
-"""Small MLP generator: seed 003's 2-D manifold experiments (latent U[-1,1]^2, 2x256 hidden)
+"""Small MLP generator: Reshetova et al.'s (arXiv:2306.09547) 2-D manifold experiments (latent U[-1,1]^2, 2x256 hidden)
 and its Fig. 5 model (2 x 500 hidden, latent U[0,1]^2, flattened 784-pixel output)."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class SquaredEuclideanCost(GroundCost):
 
 
 class L1Cost(GroundCost):
-    """``c(a, b) = ||a - b||_1`` -- the Laplace-mechanism cost of seed 003 (p = 1)."""
+    """``c(a, b) = ||a - b||_1`` -- the Laplace-mechanism cost of Reshetova et al. (arXiv:2306.09547) (p = 1)."""
 
     def matrix(self, x: Tensor, y: Tensor) -> Tensor:
         return l1_distances(x, y)

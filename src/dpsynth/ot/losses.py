@@ -1,6 +1,6 @@
-"""Sinkhorn divergence and the semi-debiased Sinkhorn loss of DP-Sinkhorn (seeds 001/002).
+"""Sinkhorn divergence and the semi-debiased Sinkhorn loss of DP-Sinkhorn (DP-Sinkhorn (NeurIPS 2021, arXiv:2111.01177)).
 
-Definition (NeurIPS 2021, seed 002): with mixture fraction ``p`` in [0, 1], ``n' = floor(p n)``
+Definition (NeurIPS 2021, project page and supplementary): with mixture fraction ``p`` in [0, 1], ``n' = floor(p n)``
 and ``n + n'`` generated points X, real points Y,
 
     S_p(X, Y) = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])

@@ -2,7 +2,7 @@
 ``dpsynth.ot.sinkhorn`` with the cost recomputed block by block ("online", as KeOps does, in
 plain torch).
 
-Why: seed 003 trains its 2-D generators on the full privatized dataset in every step (batch
+Why: Reshetova et al. (arXiv:2306.09547) trains its 2-D generators on the full privatized dataset in every step (batch
 b = n = 400,000, §4.2). A dense 400,000 x 400,000 cost matrix holds 1.6e11 entries (640 GB in
 float32). Here the matrix never exists: the row update walks x in blocks of ``block`` rows,
 each against all of y, and the column update walks y in blocks of ``block`` rows, each against
@@ -143,7 +143,7 @@ def online_entropic_loss(x: Tensor, y: Tensor, eps: float, *, cost: GroundCost |
                          n_iter: int = DEFAULT_N_ITER, scaling: float | None = DEFAULT_SCALING,
                          block: int | None = None) -> Tensor:
     """``<P, C(x, y)>`` with the entropic plan ``P = exp((f_i + g_j - C_ij) / eps) / (N M)`` held
-    constant (Algorithm 1 of seed 003; ``ewgan_loss`` "entropic"): scalar whose gradient w.r.t.
+    constant (Algorithm 1 of Reshetova et al.; ``ewgan_loss`` "entropic"): scalar whose gradient w.r.t.
     ``x`` is ``sum_j P_ij grad_x C(x_i, y_j)``."""
     block = _check(x, y, eps, n_iter, scaling, block)
     cost = SquaredEuclideanCost() if cost is None else cost

@@ -291,7 +291,7 @@ def calibrate_sigma(
     return hi
 
 
-# --------------------------------------------------------------------------- GS-WGAN (DESIGN 5.2)
+# --------------------------------------------------------------------------- GS-WGAN (docs/deviations.md row 8)
 
 
 def _check_gswgan(shards: int, batch_size: int) -> None:
@@ -303,7 +303,7 @@ def _check_gswgan(shards: int, batch_size: int) -> None:
 def gswgan_epsilon(
     sigma: float, shards: int, batch_size: int, steps: int, delta: float, *, pld: bool = False
 ) -> dict[str, dict[str, float]]:
-    """GS-WGAN epsilon both ways of DESIGN 5.2.
+    """GS-WGAN epsilon both ways (docs/deviations.md row 8).
 
     ``as_published``: ``steps * B`` per-sample releases, each a Gaussian of multiplier
     ``sigma`` subsampled at rate ``1/N_d`` without replacement (replace-one), the

@@ -1,4 +1,4 @@
-"""Local (per-record) privacy mechanisms of seed 003: the privatize stage's core.
+"""Local (per-record) privacy mechanisms of Reshetova et al. (arXiv:2306.09547): the privatize stage's core.
 
 Each record is projected onto a ball of radius R (bounding what one record can say),
 then noised once. The identity on a ball of radius R has sensitivity equal to the
@@ -102,7 +102,7 @@ def _eq5_c(delta: float) -> float:
 
 
 def gaussian_sigma_eq5(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Seed 003 equation (5): ``sigma = (c + sqrt(c^2 + eps)) / (eps sqrt 2) * Delta``.
+    """Reshetova et al. equation (5): ``sigma = (c + sqrt(c^2 + eps)) / (eps sqrt 2) * Delta``.
 
     ``c^2 = ln(2 / (sqrt(16 delta + 1) - 1))``; valid for delta in (0, 0.5).
     """
@@ -132,7 +132,7 @@ def dct_records(x: np.ndarray, image_shape: tuple[int, ...], quantile: float | N
     """Orthonormal DCT of each record viewed as an image; optionally zero small coefficients.
 
     Per record, coefficients whose magnitude is below that record's ``quantile`` of
-    magnitudes are zeroed (seed 003 keeps the largest 20% on MNIST). The generator's
+    magnitudes are zeroed (Reshetova et al. keep the largest 20% on MNIST). The generator's
     output must go through the same transform before the loss.
     """
     x = _as_2d(x)

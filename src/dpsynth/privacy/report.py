@@ -175,7 +175,7 @@ class BudgetGuard:
     def for_gswgan(
         cls, sigma: float, shards: int, batch_size: int, delta: float, target_eps: float, *, steps_spent: int = 0
     ) -> BudgetGuard:
-        """Guard on the SOUND GS-WGAN accounting (DESIGN 5.2: a target uses the sound one)."""
+        """Guard on the SOUND GS-WGAN accounting (docs/deviations.md row 8: a target uses the sound one)."""
         if batch_size < 1 or shards < 1:
             raise PrivacyError(f"shards and batch_size must be >= 1, got {shards}, {batch_size}")
         return cls(acc.check_sigma(sigma) / math.sqrt(batch_size), 1.0 / shards, delta, target_eps, steps_spent=steps_spent)

@@ -135,7 +135,7 @@ class _ImageSanitizer:
 
 
 class WholeBatchSanitizer(_ImageSanitizer):
-    """DP-Sinkhorn image-gradient barrier (DESIGN 5.1): sensitivity 2C, noise std 2 C sigma.
+    """DP-Sinkhorn image-gradient barrier (ICLR submission App. D; NeurIPS 2021 supplementary): sensitivity 2C, noise std 2 C sigma.
 
     ``n_private`` is the number of leading images that meet real data; the rest (the
     semi-debiased loss's n' extra images) are clipped as one tensor to C, not noised.
@@ -247,7 +247,7 @@ class WholeBatchSanitizer(_ImageSanitizer):
 
 
 class PerSampleSanitizer(_ImageSanitizer):
-    """GS-WGAN barrier (DESIGN 5.2): per-sample clip to C/B, noise std 2 (C/B) sigma."""
+    """GS-WGAN barrier (GS-WGAN, arXiv:2006.08265): per-sample clip to C/B, noise std 2 (C/B) sigma."""
 
     def __init__(self, clip: float, sigma: float, batch_size: int, generator: torch.Generator) -> None:
         super().__init__(clip, sigma, generator)

@@ -79,7 +79,7 @@ def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> Path:
 
 
 def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
-    """W2 to the clean data versus noise, one curve per loss and dataset (seed 003 Fig. 5).
+    """W2 to the clean data versus noise, one curve per loss and dataset (Reshetova et al. (arXiv:2306.09547) Fig. 5).
 
     Reads ``results/w2_noise/{dataset}.csv`` for every w2_noise table's dataset and writes
     the long-format curve data ``w2_noise.csv`` (dataset, loss, noise, w2, w2_std, n)."""
@@ -110,7 +110,7 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
             ax.plot(base.index, base.values, "k--", label="privatized data itself")
         ax.set_xlabel("noise std σ")
         ax.set_ylabel("W2 to the clean data")
-        ax.set_title(f"W2 vs noise ({ds}); seed 003 Fig. 5 gives this only as a plot", fontsize=9)
+        ax.set_title(f"W2 vs noise ({ds}); Reshetova et al. Fig. 5 gives this only as a plot", fontsize=9)
         ax.legend(fontsize=8)
         if right:
             # Fig. 5 right: the entropic W2 at 2σ² to held-out privatized records (the paper's

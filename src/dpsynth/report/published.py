@@ -1,8 +1,9 @@
 """The papers' reported numbers (``published.yaml``), parsed into lookups with their sources.
 
-The numbers are transcribed once, as the seeds print them, into a data file next to this
+The numbers are transcribed once, as the papers print them, into a data file next to this
 module; code never types a published number. Values stay strings so a table prints exactly
-what the paper printed ("08.4", "51/80.9", "∞"), and a test can find each row in the seed.
+what the paper printed ("08.4", "51/80.9", "∞"), and a test can find each row in the paper's text.
+The papers are cited by the short names of docs/references.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class PaperRow:
 @dataclass(frozen=True)
 class PaperTable:
     table_id: str
-    seed: str
+    paper: str  # a key of published.yaml's `papers`
+    citation: str  # e.g. "GS-WGAN (Chen, Orekondy, Fritz, NeurIPS 2020, arXiv:2006.08265)"
     table: str
     caption: str
     columns: list[str]
@@ -47,8 +49,8 @@ class PaperTable:
 
     @property
     def source(self) -> str:
-        """Human-readable provenance, e.g. ``seed 000 Table 1 (000_4c66....txt)``."""
-        return f"seed {self.seed[:3]} {self.table} ({self.seed})"
+        """Human-readable provenance, e.g. ``DP-Sinkhorn ICLR submission (OpenReview, ICLR 2021) Table 1``."""
+        return f"{self.citation} {self.table}"
 
     def value(self, row_id: str, metric: str, dataset: str | None = None) -> str | None:
         """The printed value of ``metric`` (dataset-prefixed column first); None: not a column."""
@@ -82,7 +84,7 @@ def split_row(text: str, where: str) -> tuple[str, list[str]]:
     return left, right.split()
 
 
-def _parse_table(tid: str, raw: dict[str, Any]) -> PaperTable:
+def _parse_table(tid: str, raw: dict[str, Any], papers: dict[str, str]) -> PaperTable:
     where = f"{PUBLISHED_FILE.name}: tables.{tid}"
     try:
         columns = list(raw["columns"])
@@ -104,7 +106,9 @@ def _parse_table(tid: str, raw: dict[str, Any]) -> PaperTable:
             if row_id in rows:
                 raise ConfigError(f"{where}.rows: duplicate row {row_id!r}")
             rows[row_id] = PaperRow(row_id, left, dict(zip(columns, vals)), key)
-        return PaperTable(tid, raw["seed"], raw["table"], raw["caption"], columns, rows, keys,
+        if raw["paper"] not in papers:
+            raise ConfigError(f"{where}.paper: {raw['paper']!r} is not one of `papers` ({', '.join(sorted(papers))})")
+        return PaperTable(tid, raw["paper"], papers[raw["paper"]], raw["table"], raw["caption"], columns, rows, keys,
                           list(raw.get("notes") or []), raw.get("delta"), raw.get("epsilon"),
                           raw.get("dataset"), bool(raw.get("plot_only", False)))
     except KeyError as exc:
@@ -118,7 +122,8 @@ def load_published(path: Path = PUBLISHED_FILE) -> tuple[dict[str, PaperTable], 
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read the published numbers: {exc}") from None
-    tables = {tid: _parse_table(tid, t) for tid, t in (raw.get("tables") or {}).items()}
+    papers = {k: str(v) for k, v in (raw.get("papers") or {}).items()}
+    tables = {tid: _parse_table(tid, t, papers) for tid, t in (raw.get("tables") or {}).items()}
     claims = {k: {kk: str(vv) for kk, vv in v.items()} for k, v in (raw.get("privacy_claims") or {}).items()}
     return tables, claims
 

@@ -1,4 +1,4 @@
-"""DP-Sinkhorn (seeds 000-002, DESIGN 5.1): a conditional generator trained on the semi-debiased
+"""DP-Sinkhorn (the DP-Sinkhorn ICLR submission; DP-Sinkhorn (NeurIPS 2021, arXiv:2111.01177)): a conditional generator trained on the semi-debiased
 Sinkhorn loss, private through the image-gradient barrier.
 
 One module per concern, layered one way (plan -> batch -> step -> run; sweep -> together):

@@ -30,7 +30,7 @@ DCGAN_WIDTH = 64
 #: The step's private diagnostics; the log's columns are these, then the loop's (epsilon, steps/s).
 STEP_LOG_FIELDS = ("loss", "real_batch", "clean_norm", "noise_norm")
 LOG_FIELDS = [*STEP_LOG_FIELDS, *LOOP_LOG_FIELDS]
-#: DESIGN 5.1: the grad_theta ablation clips the parameter gradient to C = 1.
+#: The grad_theta ablation clips the parameter gradient to C = 1.
 PARAM_CLIP = 1.0
 
 
@@ -53,7 +53,7 @@ def validate_data(ctx: TrainContext) -> None:
 
 
 def generator_arch(ctx: TrainContext) -> dict[str, Any]:
-    """Architecture from the hyperparameters and the data's shape (DESIGN 5.1)."""
+    """Architecture from the hyperparameters and the data's shape (ICLR submission App. D)."""
     h, d = ctx.experiment.hparams, ctx.data
     if d.x_train.ndim == 2:
         if h.generator != "mlp":

@@ -1,4 +1,4 @@
-"""A DP-Sinkhorn run (seeds 000-002, DESIGN 5.1): the plan, the one step, and the stepper the one
+"""A DP-Sinkhorn run (the DP-Sinkhorn ICLR submission; DP-Sinkhorn (NeurIPS 2021, arXiv:2111.01177)): the plan, the one step, and the stepper the one
 training loop (``methods/loop.py``) drives. The step itself -- every variant's -- is
 :mod:`dpsynth.methods.dp_sinkhorn.step`.
 """

@@ -1,4 +1,4 @@
-"""Train several DP-Sinkhorn configurations at once on one device (DESIGN 10).
+"""Train several DP-Sinkhorn configurations at once on one device.
 
 The K members' generator parameters and BatchNorm buffers are stacked along a new leading
 axis; one stacked Sinkhorn solve serves all K x 2 OT problems, and one ``torch.optim.Adam``

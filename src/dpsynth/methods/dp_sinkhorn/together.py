@@ -1,4 +1,4 @@
-"""Train the cells of a DP-Sinkhorn sweep together on one device (issue #20, DESIGN 10).
+"""Train the cells of a DP-Sinkhorn sweep together on one device (the batched sweep, sweep.py).
 
 A sweep's cells differ in their cost mix ``m``, clip or noise, but share the generator, the
 batch and the solver, so :class:`~dpsynth.methods.dp_sinkhorn.sweep.BatchedSweep` can step them

@@ -1,4 +1,4 @@
-"""Entropic W_p GAN trained on locally privatized records (seed 003, DESIGN §5.3).
+"""Entropic W_p GAN trained on locally privatized records (Reshetova et al. (arXiv:2306.09547)).
 
 The records were noised ONCE, before training, by the ``privatize`` stage (Laplace or
 Gaussian mechanism), so training is post-processing: no accountant, and the generator's

@@ -19,7 +19,7 @@ from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transpor
 from dpsynth.ot.costs import GroundCost
 
 LOSSES = ("entropic", "exact", "sinkhorn_divergence")
-DEFAULT_SINKHORN_ITERS = 400  # seed 003 §4.3-4.4: L = 400 Sinkhorn-Knopp iterations
+DEFAULT_SINKHORN_ITERS = 400  # Reshetova et al. §4.3-4.4: L = 400 Sinkhorn-Knopp iterations
 MATCHED_P = {"laplace": 1, "gaussian": 2}  # f_N ~ exp(-||x||_p^p / (p s^p))
 
 
@@ -173,7 +173,7 @@ def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
     ``entropic`` and ``exact`` return ``<plan, C>`` with the plan computed without autograd
     (so the gradient is ``sum_ij plan_ij grad C_ij``, Algorithm 1); ``sinkhorn_divergence``
     is the debiased S_lambda with the envelope-theorem gradient of ``dpsynth.ot``. Above
-    ``DENSE_MAX_ENTRIES`` cost entries (seed 003's full batches of 400,000 points) the entropic
+    ``DENSE_MAX_ENTRIES`` cost entries (Reshetova et al.'s full batches of 400,000 points) the entropic
     losses run the blockwise solver of ``dpsynth.ot.online``: the same values and gradients,
     memory O(block x M) instead of O(B x M).
     """

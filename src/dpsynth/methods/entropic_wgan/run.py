@@ -37,7 +37,7 @@ def _privacy_report(ctx: TrainContext, noise: dict[str, Any], n_records: int) ->
         noise=ctx.noise.describe(),
         extra={"local": {**noise, "dct": local.dct, "dct_quantile": local.dct_quantile if local.dct else None},
                "note": "epsilon-LDP of each record from the privatize stage; training is post-processing "
-                       "of the privatized records, so no accountant is involved (seed 003, Remark 1)"},
+                       "of the privatized records, so no accountant is involved (Reshetova et al., arXiv:2306.09547, Remark 1)"},
     )
 
 
@@ -119,7 +119,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     gen = build_seeded_generator(arch, ctx.seed, ctx.device)
     records = torch.as_tensor(np.asarray(x, dtype=np.float32), device=ctx.device)
     stepper = EWGANStepper(ctx, EWGANTrainer(gen, records, spec, hp, ctx.seed), spec, noise, arch, record_shape, total)
-    # No accountant: the records were privatized once, before training (seed 003, Remark 1).
+    # No accountant: the records were privatized once, before training (Reshetova et al., arXiv:2306.09547, Remark 1).
     return run_training(ctx, stepper, total_steps=total, guard=None, sigma=None, epsilon_spent=stepper.epsilon,
                         extra={"method": ctx.experiment.method})
 

@@ -13,7 +13,12 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
-include: "workflow/rules/pipeline.smk"
+include: "workflow/rules/privatize.smk"
+include: "workflow/rules/warmstart.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/sample.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 localrules:
@@ -22,7 +27,7 @@ localrules:
 
 # A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
 # Snakemake runs; one that trains asks the cluster for a GPU, like every training job.
-if not any(PARAMS.sweeps[s].train_together for s in PARAMS.sweep_targets):
+if not any(PARAMS.sweeps[s].train_together for s in PARAMS.pipeline.sweeps):
 
     localrules:
         train_sweep,

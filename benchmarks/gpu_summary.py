@@ -67,8 +67,7 @@ def make_params(template: Path, mode: str, data_root: Path, out: Path, experimen
         p["scale"] = "paper"
     else:  # dry: the shape of tests/conftest.py digits28_smoke_params
         base = p["experiments"]["dps_mnist"]
-        p.update(scale="smoke", datasets=["digits28"], targets={}, privatize={}, gswgan_targets={},
-                 warmstarts={}, sweep_targets=[], w2_noise={})
+        p.update(scale="smoke", datasets=["digits28"], pipeline={"experiments": [], "sweeps": []}, w2_noise={})
         p["evaluation"]["real_datasets"] = []
         exp = copy.deepcopy(base)
         exp["dataset"] = "digits28"

@@ -67,7 +67,7 @@ def one_torch_thread():  # type: ignore[no-untyped-def]
 
 def clear_pipeline(p: dict) -> dict:
     """A raw params mapping with no pipeline targets of any kind (tests then add their own)."""
-    p.update(targets={}, privatize={}, gswgan_targets={}, warmstarts={}, sweep_targets=[], w2_noise={})
+    p.update(pipeline={"experiments": [], "sweeps": []}, w2_noise={})
     return p
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dpsynth.cli import main
-from dpsynth.cli.bench import conv_flops
+from dpsynth.bench.timing import conv_flops
 from dpsynth.nets import build_generator
 
 

@@ -172,14 +172,10 @@ def _set(raw: dict, dotted: str, value) -> dict:
 
 
 @pytest.mark.parametrize("path, value, message", [
-    ("targets.gswgan_fmnist", {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"},
-     "targets.gswgan_fmnist: a GS-WGAN experiment trains from a warm start"),
-    ("gswgan_targets.gswgan_fmnist.warmstart", "other", "gswgan_targets.gswgan_fmnist.warmstart: must be 'gswgan_fmnist'"),
-    ("gswgan_targets.dps_fmnist", {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"},
-     "gswgan_targets.dps_fmnist: no experiment named 'dps_fmnist' whose method trains from a warm start"),
-    ("warmstarts", {}, "warmstarts: must list exactly the warm starts"),
-    ("targets.dps_fmnist.warmstart", "gswgan_fmnist", "targets.dps_fmnist.warmstart: only warm-started targets"),
-    ("sweep_targets", ["nope"], "sweep_targets: no sweep named 'nope'"),
+    ("pipeline.experiments", ["dps_fmnist", "nope"], "pipeline.experiments: no experiment named 'nope'"),
+    ("pipeline.experiments", ["dps_fmnist", "dps_fmnist"], "pipeline.experiments: duplicates in ['dps_fmnist', 'dps_fmnist']"),
+    ("pipeline.sweeps", ["nope"], "pipeline.sweeps: no sweep named 'nope'"),
+    ("pipeline.targets", ["dps_fmnist"], "pipeline.targets: unknown key"),
     ("w2_noise.celeba", {"noise_levels": [0.5]}, "w2_noise.celeba: dataset 'celeba' is not in datasets"),
     ("w2_noise.fashion_mnist", {"noise_levels": [0.5, -1.0]}, "w2_noise.fashion_mnist.noise_levels.1"),
     ("w2_noise.fashion_mnist", {"noise_levels": []}, "w2_noise.fashion_mnist.noise_levels"),
@@ -194,8 +190,8 @@ def test_sweep_target_on_a_dataset_not_prepared_names_it():
     raw = clear_pipeline(shipped())
     raw["datasets"] = ["fashion_mnist"]
     raw["evaluation"]["real_datasets"] = ["fashion_mnist"]
-    raw["sweep_targets"] = ["pm_mnist"]
-    with pytest.raises(ConfigError, match="sweep 'pm_mnist' trains on 'mnist', which is not in datasets"):
+    raw["pipeline"]["sweeps"] = ["pm_mnist"]
+    with pytest.raises(ConfigError, match="pipeline.sweeps: sweep 'pm_mnist' trains on 'mnist', which is not in datasets"):
         parse_params(raw)
 
 
@@ -205,10 +201,7 @@ def test_pipeline_targets_and_shared_warm_starts():
     raw = shipped()
     raw["sweeps"]["gs_sigma"] = {"base": "gswgan_fmnist", "grid": {"sigma": [0.8, 1.2]}}
     raw["sweeps"]["gs_batch"] = {"base": "gswgan_fmnist", "grid": {"batch_size": [16]}}
-    raw["sweep_targets"] = ["pm_fmnist_quick", "gs_sigma", "gs_batch"]
-    with pytest.raises(ConfigError, match="warmstarts: must list exactly"):
-        parse_params(raw)
-    raw["warmstarts"] = {**raw["warmstarts"], "gs_batch-batch_size16": "fashion_mnist"}
+    raw["pipeline"]["sweeps"] = ["pm_fmnist_quick", "gs_sigma", "gs_batch"]
     params = parse_params(raw)
     targets = params.pipeline_targets()
     assert {"dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p0.2-m1",
@@ -242,3 +235,30 @@ def test_bad_epsilon_or_seed_sweeps_are_named(grid, base, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         parse_params(_with_sweep(grid, base))
     assert "sweeps.s" in str(err.value)
+
+
+def test_an_old_params_file_is_told_how_to_move_to_pipeline():
+    """params.yaml before `pipeline:` listed targets, privatize, gswgan_targets, warmstarts and
+    sweep_targets; loading one names the keys and prints the `pipeline:` line with its own names."""
+    raw = shipped()
+    raw.pop("pipeline")
+    raw["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
+    raw["gswgan_targets"] = {"gswgan_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist",
+                                               "warmstart": "gswgan_fmnist"}}
+    raw["warmstarts"] = {"gswgan_fmnist": "fashion_mnist"}
+    raw["sweep_targets"] = ["pm_fmnist_quick"]
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw, source="old.yaml")
+    message = str(err.value)
+    assert message.startswith("old.yaml: targets, gswgan_targets, warmstarts, sweep_targets: replaced by one list")
+    assert "`pipeline: {experiments: [dps_fmnist, gswgan_fmnist], sweeps: [pm_fmnist_quick]}`" in message
+    assert "dpsynth workflow dvc" in message and "\n" not in message
+
+
+def test_what_is_privatized_and_warm_started_follows_from_the_experiments():
+    params = parse_params(shipped())
+    assert params.privatized_targets() == {"ewgan_half_circle_gauss": "manifold2d_half_circle"}
+    assert params.warm_starts() == {"gswgan_mnist": "mnist", "gswgan_fmnist": "fashion_mnist"}
+    targets = params.pipeline_targets()
+    assert targets["ewgan_half_circle_gauss"].data == "privatized/ewgan_half_circle_gauss"
+    assert targets["gswgan_fmnist"].warmstart == "gswgan_fmnist" and targets["dps_fmnist"].warmstart is None

@@ -31,7 +31,7 @@ def workdir(tmp_path: Path) -> Path:
     """A params.yaml at smoke scale, digits28 prepared, and an (untrained) generator for `dps_digits`."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     clear_pipeline(p).update(scale="smoke", datasets=["digits28"],
-                             targets={"dps_digits": {"dataset": "digits28", "data": "processed/digits28"}})
+                             pipeline={"experiments": ["dps_digits"], "sweeps": []})
     p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["logreg", "mlp"])
     p["experiments"]["dps_digits"] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
                                       "hparams": {"sanitizer": "none", "max_steps": 1}}

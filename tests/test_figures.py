@@ -75,7 +75,7 @@ def test_training_curves_show_epsilon_for_dp_runs_and_loss_only_where_released(t
     from dpsynth.report.figures import training_curves
 
     raw = fixture_raw()
-    raw["targets"] = {n: {"dataset": "mnist", "data": "processed/mnist"} for n in ("dps_mnist", "sinkhorn_mnist_nonprivate")}
+    raw["pipeline"] = {"experiments": ["dps_mnist", "sinkhorn_mnist_nonprivate"], "sweeps": []}
     params = parse_params(raw, source="fixture")
     targets = list(params.pipeline_targets())
     assert "dps_mnist" in targets

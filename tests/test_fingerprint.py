@@ -24,7 +24,7 @@ SHIPPED = yaml.safe_load((REPO / "params.yaml").read_text())
 def jobs(p: Params) -> list[tuple[str, str]]:
     """Every (stage, name) job of the pipeline, as the Snakefile builds its DAG."""
     out = [("prepare_data", d) for d in p.datasets]
-    out += [("privatize", e) for e in p.privatize] + [("warmstart", e) for e in p.warmstarts]
+    out += [("privatize", e) for e in p.privatized_targets()] + [("warmstart", e) for e in p.warm_starts()]
     out += [(s, t) for t in p.pipeline_targets() for s in ("train", "sample", "evaluate")]
     out += [("evaluate_real", d) for d in p.evaluation.real_datasets] + [("w2_noise", d) for d in p.w2_noise]
     return out + [("report", "")]

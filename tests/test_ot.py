@@ -319,7 +319,7 @@ def test_loss_matches_published_geomloss_reference_at_convergence():
     geomloss's early stop."""
     from geomloss import SamplesLoss
 
-    from dpsynth.cli.bench import published_cost
+    from dpsynth.bench.reference import published_cost
 
     xg, n, n2, y, w = _stacked_clouds(2, k=16, pad=16)
     x, x2 = xg[:n], xg[n2:n + n2]

@@ -18,7 +18,7 @@ from tests.conftest import digits28_smoke_params, run_cli, venv_bin
 def _params(tmp_path: Path, grid: dict, *, steps: int, noise: str, together: bool = True) -> Path:
     p = digits28_smoke_params("dps_d28", steps, privacy_noise=noise)
     p["sweeps"]["sw"] = {"base": "dps_d28", "grid": grid, "train_together": together}
-    p["sweep_targets"] = ["sw"]
+    p["pipeline"]["sweeps"] = ["sw"]
     p["data"]["root"] = str(tmp_path / "data")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(p))
@@ -135,11 +135,10 @@ def test_snakemake_trains_a_together_sweep_in_one_job_and_adds_a_cell_alone(tmp_
 
     def patch(p: dict, ms: list[int]) -> None:
         small = digits28_smoke_params("dps_d28", 3)
-        p.update({k: small[k] for k in ("scale", "datasets", "targets", "privatize", "gswgan_targets", "warmstarts",
-                                        "w2_noise", "evaluation", "scales")})
+        p.update({k: small[k] for k in ("scale", "datasets", "pipeline", "w2_noise", "evaluation", "scales")})
         p["experiments"]["dps_d28"] = small["experiments"]["dps_d28"]
         p["sweeps"]["sw"] = {"base": "dps_d28", "grid": {"m": ms}, "train_together": True}
-        p["sweep_targets"] = ["sw"]
+        p["pipeline"]["sweeps"] = ["sw"]
 
     d = copy_workflow(tmp_path / "w", lambda p: patch(p, [0, 1]))
     cells = ["sw-m0", "sw-m1"]
@@ -204,7 +203,7 @@ def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
     p = digits28_smoke_params("dps_d28", 3)
     p["scales"]["smoke"]["train_subset"] = 500
     p["sweeps"]["sw"] = {"base": "dps_d28", "grid": {"seed": [0, 1], "m": [0, 1]}, "train_together": True}
-    p["sweep_targets"] = ["sw"]
+    p["pipeline"]["sweeps"] = ["sw"]
     p["data"]["root"] = str(tmp_path / "data")
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(p))

@@ -93,7 +93,7 @@ def dvc_stage_list(cwd: Path) -> list[tuple[str, list[str], list[str], str]]:
 
 def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
     """Snakemake rule -> (outputs, commands without the `dpsynth` prefix) of the DVC stages."""
-    sweeps = yaml.safe_load((cwd / "params.yaml").read_text()).get("sweep_targets") or []
+    sweeps = yaml.safe_load((cwd / "params.yaml").read_text())["pipeline"]["sweeps"]
     stages: dict[str, tuple[set[str], set[str]]] = {}
     for name, _deps, outs, cmd in dvc_stage_list(cwd):
         o, c = stages.setdefault(_rule_of(name.split("@")[0], sweeps), (set(), set()))
@@ -103,7 +103,8 @@ def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
 
 
 def copy_workflow(dest: Path, params_patch=None) -> Path:
-    """A copy of the workflow declarations in a fresh git + DVC repository."""
+    """A copy of the workflow declarations in a fresh git + DVC repository; with ``params_patch``,
+    its params.yaml edited and dvc.yaml regenerated from it, as a user does (`dpsynth workflow dvc`)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in WORKFLOW_FILES:
         src = REPO / name
@@ -113,24 +114,11 @@ def copy_workflow(dest: Path, params_patch=None) -> Path:
             shutil.copy2(src, dest / name)
     if params_patch:
         p = yaml.safe_load((dest / "params.yaml").read_text())
-        shipped_sweeps = set(p.get("sweep_targets") or [])
         params_patch(p)
         (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-        _drop_dvc_sweep_groups(dest, shipped_sweeps - set(p.get("sweep_targets") or []))
+        run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], dest)
     _git_dvc_init(dest)
     return dest
-
-
-def _drop_dvc_sweep_groups(dest: Path, sweeps: set[str]) -> None:
-    """dvc.yaml holds one matrix group per targeted sweep (a user copies one to target another);
-    a test that un-targets a sweep removes its groups as a user would."""
-    if not sweeps:
-        return
-    d = yaml.safe_load((dest / "dvc.yaml").read_text())
-    for s in sweeps:
-        for stage in ("train_sweep", "train", "sample", "evaluate"):
-            d["stages"].pop(f"{stage}_{s}", None)
-    (dest / "dvc.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 
 
 def _git_dvc_init(d: Path) -> None:
@@ -153,8 +141,7 @@ def test_same_stages_outputs_and_commands():
 
 def _two_datasets(p: dict) -> None:
     p["datasets"] = ["digits", "manifold2d_ellipse"]
-    p["targets"], p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}, {}
-    p["sweep_targets"], p["w2_noise"] = [], {}
+    p["pipeline"], p["w2_noise"] = {"experiments": [], "sweeps": []}, {}
     p["evaluation"]["real_datasets"] = []
     p["tables"]["local_privacy_w2"]["dataset"] = None
 
@@ -213,6 +200,8 @@ def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
     evaluate jobs, in Snakemake (expand) and DVC (matrix) alike; nothing else changes."""
     base = copy_workflow(tmp_path / "a", _p_list([0.2, 1.0]))
     more = copy_workflow(tmp_path / "b", _p_list([0.2, 0.5, 1.0]))
+    # the generated dvc.yaml reads the lists from params.yaml: the same file serves both
+    assert (base / "dvc.yaml").read_text() == (more / "dvc.yaml").read_text()
     assert_adds_exactly_one_cell(base, more, "pm_fmnist_quick-p0.5-m1")
     dvc_names = {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)}
     assert dvc_names == {f"{r}_pm_fmnist_quick@0.5-1" for r in ("train", "sample", "evaluate")}
@@ -294,10 +283,9 @@ def smoke_patch(p: dict) -> None:
     p["scale"] = "smoke"
     p["privacy_noise"] = "reproducible"
     p["datasets"] = ["fashion_mnist"]
-    p["targets"] = {"dps_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist"}}
-    p["privatize"], p["gswgan_targets"], p["warmstarts"] = {}, {}, {}
+    # the shipped list also targets MNIST's cells
+    p["pipeline"] = {"experiments": ["dps_fmnist"], "sweeps": ["pm_fmnist_quick"]}
     p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}
-    p["sweep_targets"] = ["pm_fmnist_quick"]  # the shipped list also targets MNIST's cells
     p["w2_noise"] = {"fashion_mnist": {"noise_levels": [0.5]}}  # the paper's image setting, 5 steps
     p["tables"]["local_privacy_w2"]["dataset"] = "fashion_mnist"
     p["evaluation"]["real_datasets"] = ["fashion_mnist"]
@@ -306,9 +294,7 @@ def smoke_patch(p: dict) -> None:
 def smoke_gswgan_patch(p: dict) -> None:
     """The smoke pipeline plus GS-WGAN (warm start stage -> training from it)."""
     smoke_patch(p)
-    p["gswgan_targets"] = {"gswgan_fmnist": {"dataset": "fashion_mnist", "data": "processed/fashion_mnist",
-                                             "warmstart": "gswgan_fmnist"}}
-    p["warmstarts"] = {"gswgan_fmnist": "fashion_mnist"}
+    p["pipeline"]["experiments"].append("gswgan_fmnist")
 
 
 @pytest.mark.slow
@@ -418,11 +404,11 @@ _STAGE_CLI = {"prepare_data": "data", "privatize": "privatize", "warmstart": "wa
 
 
 def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
-    """Each stage's `src/` deps cover every dpsynth file its CLI module imports (a method module
-    loaded by name counts as the whole methods package), so a code change re-runs DVC's stages;
+    """Each stage's `src/` deps cover every dpsynth file its CLI module imports (where it loads a
+    trainer through the method registry, the whole methods package counts), so a code change re-runs DVC's stages;
     and training does not depend on the report or the evaluation code, so editing them does not
     retrain."""
-    sweeps = yaml.safe_load((REPO / "params.yaml").read_text()).get("sweep_targets") or []
+    sweeps = yaml.safe_load((REPO / "params.yaml").read_text())["pipeline"]["sweeps"]
     src = REPO / "src"
     for name, deps, _outs, _cmd in dvc_stage_list(REPO):
         group = name.split("@")[0]
@@ -431,8 +417,9 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
         covered = {str(f.relative_to(REPO)) for d in code for f in
                    ([REPO / d] if (REPO / d).is_file() else (REPO / d).rglob("*.py"))}
         need = imported_code(f"dpsynth.cli.{_STAGE_CLI[rule]}")
-        if "src/dpsynth/methods/__init__.py" in need:  # the method registry imports dpsynth.methods.<name> by name
-            need |= {str(f.relative_to(REPO)) for f in (src / "dpsynth/methods").glob("*.py")}
+        if any(".load_trainer()" in (REPO / f).read_text() for f in need):
+            # the method registry imports each method's trainer by name: all of methods/ counts
+            need |= {str(f.relative_to(REPO)) for f in (src / "dpsynth/methods").rglob("*.py")}
         assert need <= covered, f"{name}: imports {sorted(need - covered)} but DVC does not depend on them"
         if rule in ("train", "warmstart", "privatize", "prepare_data", "sample"):
             assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name
@@ -441,27 +428,11 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
 
 
 def _eps_sweep(values: list[float]):
-    """A targeted sweep over the privacy target, with the DVC matrix groups a user would copy from
-    pm_fmnist_quick's (renamed, matrix over epsilon)."""
+    """A targeted sweep over the privacy target (dvc.yaml regenerated: its matrix groups)."""
     def patch(p: dict) -> None:
         p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": values}, "train_together": False}
-        p["sweep_targets"] = [*p["sweep_targets"], "eps_fmnist"]
+        p["pipeline"]["sweeps"] = [*p["pipeline"]["sweeps"], "eps_fmnist"]
     return patch
-
-
-def _add_eps_groups(d: Path) -> None:
-    dvc = yaml.safe_load((d / "dvc.yaml").read_text())
-    for stage in ("train_sweep", "train", "sample", "evaluate"):
-        text = yaml.safe_dump(dvc["stages"][f"{stage}_pm_fmnist_quick"])
-        text = text.replace("pm_fmnist_quick-p${item.p}-m${item.m}", "eps_fmnist-epsilon${item.epsilon}")
-        text = text.replace("sweeps.pm_fmnist_quick", "sweeps.eps_fmnist")
-        text = text.replace("sweeps/pm_fmnist_quick", "sweeps/eps_fmnist").replace("train-sweep pm_fmnist_quick",
-                                                                                  "train-sweep eps_fmnist")
-        group = yaml.safe_load(text)
-        if stage != "train_sweep":
-            group["matrix"] = {"epsilon": "${sweeps.eps_fmnist.grid.epsilon}"}
-        dvc["stages"][f"{stage}_eps_fmnist"] = group
-    (d / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
 
 
 def test_an_epsilon_sweep_adds_exactly_its_cells_in_both_dags(tmp_path):
@@ -469,8 +440,6 @@ def test_an_epsilon_sweep_adds_exactly_its_cells_in_both_dags(tmp_path):
     exactly that cell's train, sample and evaluate jobs, in Snakemake and in DVC."""
     base = copy_workflow(tmp_path / "a", _eps_sweep([1.0, 10.0]))
     more = copy_workflow(tmp_path / "b", _eps_sweep([1.0, 3.0, 10.0]))
-    for d in (base, more):
-        _add_eps_groups(d)
     assert_adds_exactly_one_cell(base, more, "eps_fmnist-epsilon3.0")
     assert {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)} == {
         f"{r}_eps_fmnist@3.0" for r in ("train", "sample", "evaluate")}

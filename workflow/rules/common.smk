@@ -19,7 +19,7 @@ for _configfile in getattr(workflow, "configfiles", None) or ["params.yaml"]:
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
-# targets + gswgan_targets + every cell of the sweep_targets (editing a sweep's lists edits this).
+# pipeline.experiments + every cell of pipeline.sweeps (editing a sweep's lists edits this).
 TARGETS = list(PARAMS.pipeline_targets())
 
 
@@ -56,15 +56,32 @@ def fp(stage):
 DPSYNTH = f"{shlex.quote(sys.executable)} -m dpsynth.cli"
 ENV = "../envs/dpsynth.yaml"
 
+# Cluster resources per rule and scale, one table (workflow/resources.yaml).
+with open(Path(workflow.basedir) / "workflow" / "resources.yaml") as _f:
+    RESOURCES = yaml.safe_load(_f)
+
+
+def runtime(rule):
+    """Minutes for ``rule``'s job at this scale; times the attempt where the table says so."""
+    table = RESOURCES[rule]
+    minutes = table[PARAMS.scale]["runtime"]
+    return (lambda wildcards, attempt: minutes * attempt) if table.get("retry_more_time") else minutes
+
+
+def mem_mb(rule):
+    """Memory (MB) for ``rule``'s job at this scale, times the attempt (a retry after running out)."""
+    megabytes = RESOURCES[rule][PARAMS.scale]["mem_mb"]
+    return lambda wildcards, attempt: megabytes * attempt
+
 
 wildcard_constraints:
     dataset="|".join(sorted(DATASETS)),
     experiment="|".join(sorted(EXPERIMENTS)) or "^$",
-    sweep="|".join(sorted(PARAMS.sweep_targets)) or "^$",
+    sweep="|".join(sorted(PARAMS.pipeline.sweeps)) or "^$",
 
 
 # sweep cell -> its targeted sweep: the cell's train job comes after the sweep's train_sweep job
-SWEEP_OF = {cell: s for s in PARAMS.sweep_targets for cell in PARAMS.cells_of(s)}
+SWEEP_OF = {cell: s for s in PARAMS.pipeline.sweeps for cell in PARAMS.cells_of(s)}
 
 
 def sweep_data(wildcards):

@@ -18,8 +18,8 @@ rule prepare_data:
         run_params=RUN_PARAMS,
         fingerprint=fp("prepare_data"),
     resources:
-        runtime=30,
-        mem_mb=4000,
+        runtime=runtime("prepare_data"),
+        mem_mb=mem_mb("prepare_data"),
     conda:
         ENV
     shell:

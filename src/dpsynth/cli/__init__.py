@@ -29,7 +29,7 @@ from dpsynth.locations import UNWRITABLE
 # Stage modules, in the order they appear in --help. A module that is missing
 # (a stage not built yet) is simply not offered.
 _STAGES = ("config", "experiments", "data", "privacy", "privatize", "warmstart", "train", "sample", "evaluate",
-           "w2noise", "report", "bench")
+           "w2noise", "report", "workflow", "bench")
 
 _INVALID_CHOICE = re.compile(r"invalid choice: (?P<value>.+?) \(choose from (?P<choices>.*)\)$")
 

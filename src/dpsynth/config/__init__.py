@@ -35,7 +35,7 @@ from dpsynth.config.loader import (
     parse_params,
 )
 from dpsynth.config.methods import METHOD_SPECS, MethodSpec, method_spec
-from dpsynth.config.params import DataSettings, EvaluationSettings, Params, Target, W2NoiseSweep
+from dpsynth.config.params import DataSettings, EvaluationSettings, Params, Pipeline, Target, W2NoiseSweep
 from dpsynth.config.run import PrivacyPlan, RunSpec, apply_preset, resolve_privacy, resolve_run
 from dpsynth.config.scales import ScalePreset
 from dpsynth.config.tables import Table, TableRow
@@ -43,7 +43,7 @@ from dpsynth.config.tables import Table, TableRow
 __all__ = [
     "METHOD_SPECS", "SWEEP_KEYS", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
     "EvaluationSettings", "Experiment", "GSWGANHparams", "Hparams", "LocalMechanism", "MethodSpec", "Name",
-    "OptimizerName", "Params", "PrivacyPlan", "PrivacyTarget", "RunSpec", "ScaleName", "ScalePreset", "Strict",
+    "OptimizerName", "Params", "Pipeline", "PrivacyPlan", "PrivacyTarget", "RunSpec", "ScaleName", "ScalePreset", "Strict",
     "Sweep", "Table", "TableRow", "Target", "UniqueKeyLoader", "W2NoiseSweep", "apply_preset", "cell_suffix",
     "check_yaml_file", "expand_sweep", "format_validation", "load_params", "load_yaml", "method_spec",
     "parse_params", "resolve_privacy", "resolve_run", "sweep_cell_name",

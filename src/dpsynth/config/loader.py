@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from dpsynth.config.base import format_validation
-from dpsynth.config.params import Params
+from dpsynth.config.params import Params, pipeline_migration_message
 from dpsynth.errors import ConfigError
 
 
@@ -20,6 +20,9 @@ def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None
     """Validate an already-loaded mapping; ``scale`` overrides the file's ``scale:``."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    migration = pipeline_migration_message(raw)
+    if migration is not None:
+        raise ConfigError(f"{source}: {migration}")
     if scale is not None:
         raw = {**raw, "scale": scale}
     try:
@@ -27,8 +30,7 @@ def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None
     except ValidationError as exc:
         raise ConfigError(f"{source}: {format_validation(exc)}") from None
     try:
-        params.all_experiments()  # sweep cells must validate too
-        params.check_pipeline()
+        params.pipeline_targets()  # sweep cells and the targets' warm starts must validate too
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return params

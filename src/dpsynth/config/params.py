@@ -1,9 +1,14 @@
 """``Params``: the whole params.yaml as one validated model, its cross-references checked, and the
 views the pipeline derives from it (every experiment with the sweep cells, the pipeline's targets,
-the warm start each GS-WGAN-like run trains from)."""
+which of them are privatized first, the warm start each GS-WGAN-like run trains from).
+
+What the pipeline runs is stated once, in ``pipeline: {experiments: [...], sweeps: [...]}``; the
+data each target trains on, whether it is privatized first and which warm start it needs follow
+from its experiment through the method registry (``config/methods.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -23,14 +28,48 @@ class DataSettings(Strict):
     mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
 
 
-class Target(Strict):
-    """One pipeline target: its dataset and the data it trains on (``processed/<dataset>``, or
-    ``privatized/<experiment>`` for local-DP experiments)."""
+@dataclass(frozen=True)
+class Target:
+    """One pipeline target, derived from its experiment: its dataset, the data it trains on
+    (``processed/<dataset>``, or ``privatized/<experiment>`` for local-DP experiments) and, for a
+    method that trains from warm-started critics (GS-WGAN), the warm start it uses
+    (``private/warmstart/<warmstart>``)."""
 
-    dataset: Name
+    dataset: str
     data: str
-    warmstart: Name | None = Field(default=None, description="a method that trains from warm-started critics "
-                                   "(GS-WGAN): the warm start it uses (private/warmstart/<name>); checked")
+    warmstart: str | None = None
+
+
+class Pipeline(Strict):
+    """What ``snakemake`` and ``dvc repro`` train, sample and evaluate."""
+
+    experiments: list[Name] = Field(default_factory=list, description="experiments the pipeline runs")
+    sweeps: list[Name] = Field(default_factory=list, description="sweeps whose every cell the pipeline runs "
+                               "(editing a sweep's lists adds or removes cells in both DAGs)")
+
+    @field_validator("experiments", "sweeps")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicates in {v}")
+        return v
+
+
+# The keys `pipeline` replaced (before 2026-11): each repeated what the experiments already say.
+OLD_PIPELINE_KEYS = ("targets", "privatize", "gswgan_targets", "warmstarts", "sweep_targets")
+
+
+def pipeline_migration_message(raw: dict[str, Any]) -> str | None:
+    """How to move an old params.yaml's target lists to ``pipeline:``, with its own names; None
+    when ``raw`` has none of the old keys."""
+    old = [k for k in OLD_PIPELINE_KEYS if k in raw]
+    if not old:
+        return None
+    experiments = [*(raw.get("targets") or {}), *(raw.get("gswgan_targets") or {})]
+    sweeps = list(raw.get("sweep_targets") or [])
+    return (f"{', '.join(old)}: replaced by one list, `pipeline: {{experiments: [{', '.join(experiments)}], "
+            f"sweeps: [{', '.join(sweeps)}]}}`; privatizing and warm starts now follow from each experiment's "
+            f"method. Replace {', '.join(old)} with that, then run `dpsynth workflow dvc` to regenerate dvc.yaml")
 
 
 class W2NoiseSweep(Strict):
@@ -83,17 +122,7 @@ class Params(Strict):
     datasets: list[Name]
     scales: dict[ScaleName, ScalePreset]
     experiments: dict[Name, Experiment] = {}
-    targets: dict[Name, Target] = Field(default_factory=dict, description="what the pipeline trains, samples "
-                                        "and evaluates (dataset and data path are repeated so dvc.yaml can "
-                                        "name each stage's dependencies; they are checked)")
-    privatize: dict[Name, Name] = Field(default_factory=dict, description="local-DP targets -> dataset: "
-                                        "privatized once before training (exactly the local targets; checked)")
-    gswgan_targets: dict[Name, Target] = Field(default_factory=dict, description="targets whose method trains "
-                                               "from a warm start (GS-WGAN): like targets, plus the warm start")
-    warmstarts: dict[Name, Name] = Field(default_factory=dict, description="warm starts the pipeline makes -> "
-                                         "dataset (exactly those the warm-started targets need; checked)")
-    sweep_targets: list[Name] = Field(default_factory=list, description="sweeps whose every cell is a pipeline "
-                                      "target (dvc.yaml holds a matrix stage group per such sweep)")
+    pipeline: Pipeline = Pipeline()
     w2_noise: dict[Name, W2NoiseSweep] = Field(default_factory=dict, description="dataset -> the W2-vs-noise "
                                                "sweep the pipeline runs on it (results/w2_noise/<dataset>.csv)")
     sweeps: dict[Name, Sweep] = {}
@@ -120,18 +149,21 @@ class Params(Strict):
         for ename, exp in self.experiments.items():
             if exp.dataset not in DATASETS:
                 raise ValueError(f"experiments.{ename}.dataset: {unknown_dataset_message(exp.dataset)}")
-        self._check_targets()
-        for s in self.sweep_targets:
+        for e in self.pipeline.experiments:
+            if e not in self.experiments:
+                raise ValueError(f"pipeline.experiments: no experiment named {e!r}")
+            if self.experiments[e].dataset not in self.datasets:
+                raise ValueError(f"pipeline.experiments: {e!r} trains on {self.experiments[e].dataset!r}, which is "
+                                 "not in datasets (add it there)")
+        for s in self.pipeline.sweeps:
             if s not in self.sweeps:
-                raise ValueError(f"sweep_targets: no sweep named {s!r}")
-            base = self.experiments[self.sweeps[s].base]
-            if base.local is not None:
-                raise ValueError(f"sweep_targets: sweep {s!r} is over a local-DP experiment (its privatized data is "
-                                 "made per target); list its cells as experiments and targets instead")
-            if base.dataset not in self.datasets:
-                raise ValueError(f"sweep_targets: sweep {s!r} trains on {base.dataset!r}, which is not in datasets")
-        if len(set(self.sweep_targets)) != len(self.sweep_targets):
-            raise ValueError(f"sweep_targets: duplicates in {self.sweep_targets}")
+                raise ValueError(f"pipeline.sweeps: no sweep named {s!r}")
+            base = self.experiments.get(self.sweeps[s].base)
+            if base is not None and base.local is not None:
+                raise ValueError(f"pipeline.sweeps: sweep {s!r} is over a local-DP experiment (its privatized data is "
+                                 "made per experiment); list its cells as experiments instead")
+            if base is not None and base.dataset not in self.datasets:
+                raise ValueError(f"pipeline.sweeps: sweep {s!r} trains on {base.dataset!r}, which is not in datasets")
         for ds in self.w2_noise:
             if ds not in self.datasets:
                 raise ValueError(f"w2_noise.{ds}: dataset {ds!r} is not in datasets (add it there)")
@@ -148,38 +180,6 @@ class Params(Strict):
                                  f"(only {together}); remove it")
         self._check_tables()
         return self
-
-    def _check_targets(self) -> None:
-        for t, tgt in self.targets.items():
-            if t not in self.experiments:
-                raise ValueError(f"targets.{t}: no experiment named {t!r}")
-            exp = self.experiments[t]
-            if tgt.dataset != exp.dataset:
-                raise ValueError(f"targets.{t}.dataset: says {tgt.dataset!r} but the experiment uses {exp.dataset!r}")
-            want = f"privatized/{t}" if exp.local is not None else f"processed/{exp.dataset}"
-            if tgt.data != want:
-                raise ValueError(f"targets.{t}.data: must be {want!r} (got {tgt.data!r})")
-            if tgt.dataset not in self.datasets:
-                raise ValueError(f"targets.{t}: dataset {tgt.dataset!r} is not in datasets (add it there)")
-            if exp.spec.needs_warm_start:
-                raise ValueError(f"targets.{t}: a {exp.spec.title} experiment trains from a warm start; list it "
-                                 "under gswgan_targets (with its warmstart) instead")
-            if tgt.warmstart is not None:
-                raise ValueError(f"targets.{t}.warmstart: only warm-started targets (gswgan_targets) have one")
-        local = {t: self.experiments[t].dataset for t in self.targets if self.experiments[t].local is not None}
-        if dict(self.privatize) != local:
-            raise ValueError(f"privatize: must list exactly the local-DP targets with their datasets, {local}")
-        for t, tgt in self.gswgan_targets.items():
-            where = f"gswgan_targets.{t}"
-            if t not in self.experiments or not self.experiments[t].spec.needs_warm_start:
-                raise ValueError(f"{where}: no experiment named {t!r} whose method trains from a warm start")
-            if t in self.targets:
-                raise ValueError(f"{where}: also listed under targets")
-            exp = self.experiments[t]
-            if tgt.dataset != exp.dataset or tgt.data != f"processed/{exp.dataset}":
-                raise ValueError(f"{where}: must say dataset {exp.dataset!r}, data 'processed/{exp.dataset}'")
-            if tgt.dataset not in self.datasets:
-                raise ValueError(f"{where}: dataset {tgt.dataset!r} is not in datasets (add it there)")
 
     def _check_tables(self) -> None:
         for tname, table in self.tables.items():
@@ -244,26 +244,22 @@ class Params(Strict):
         return self.warmstart_name(name) if self.all_experiments()[name].spec.needs_warm_start else None
 
     def pipeline_targets(self) -> dict[str, Target]:
-        """Every experiment the pipeline trains, samples and evaluates: ``targets``,
-        ``gswgan_targets`` and every cell of the ``sweep_targets``."""
-        out: dict[str, Target] = {**self.targets, **self.gswgan_targets}
-        for cell, (sname, exp) in self._sweep_cells().items():
-            if sname in self.sweep_targets:
-                ws = self.warmstart_name(cell) if exp.spec.needs_warm_start else None
-                out[cell] = Target(dataset=exp.dataset, data=f"processed/{exp.dataset}", warmstart=ws)
+        """Every experiment the pipeline trains, samples and evaluates -- ``pipeline.experiments``
+        and every cell of ``pipeline.sweeps`` -- with the data it trains on and its warm start."""
+        experiments = self.all_experiments()
+        names = [*self.pipeline.experiments, *(c for s in self.pipeline.sweeps for c in self.cells_of(s))]
+        out: dict[str, Target] = {}
+        for name in names:
+            exp = experiments[name]
+            data = f"privatized/{name}" if exp.local is not None else f"processed/{exp.dataset}"
+            out[name] = Target(dataset=exp.dataset, data=data, warmstart=self.warmstart_for(name))
         return out
 
-    def check_pipeline(self) -> None:
-        """Cross-checks that need the sweep cells (run by ``parse_params``)."""
-        experiments = self.all_experiments()
-        for t, tgt in self.gswgan_targets.items():
-            want = self.warmstart_name(t)
-            if tgt.warmstart != want:
-                raise ConfigError(f"gswgan_targets.{t}.warmstart: must be {want!r} (got {tgt.warmstart!r})")
-        needed: dict[str, str] = {}
-        for name, tgt in self.pipeline_targets().items():
-            if tgt.warmstart is not None:
-                needed[tgt.warmstart] = experiments[name].dataset
-        if dict(self.warmstarts) != needed:
-            raise ConfigError(f"warmstarts: must list exactly the warm starts the warm-started targets need, with "
-                              f"their datasets: {needed} (got {dict(self.warmstarts)})")
+    def privatized_targets(self) -> dict[str, str]:
+        """The local-DP targets, privatized once before training: experiment -> dataset."""
+        return {name: t.dataset for name, t in self.pipeline_targets().items() if t.data.startswith("privatized/")}
+
+    def warm_starts(self) -> dict[str, str]:
+        """The warm starts the targets need (``private/warmstart/<name>``): name -> dataset. Sweep
+        cells that leave the critics' settings alone share their base's."""
+        return {t.warmstart: t.dataset for t in self.pipeline_targets().values() if t.warmstart is not None}

@@ -1,0 +1,44 @@
+"""`dpsynth workflow dvc [--check]`: write dvc.yaml from params.yaml, or check it is up to date."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dpsynth.cli.common import add_params_arg, params_from_args, params_path
+
+
+def _dvc(args: argparse.Namespace) -> int:
+    from dpsynth.errors import DpsynthError
+    from dpsynth.io import atomic_open
+    from dpsynth.workflow.dvc import render, stale_diff
+
+    params = params_from_args(args)
+    assert params is not None
+    out = Path(args.output)
+    if args.check:
+        diff = stale_diff(params, out)
+        if diff:
+            print("\n".join(diff[:60]) + ("\n..." if len(diff) > 60 else ""))
+            raise DpsynthError(f"{out} is stale for {params_path(args)}: run `dpsynth workflow dvc` to regenerate it "
+                               f"({sum(1 for d in diff if d[:1] in '+-' and d[:3] not in ('+++', '---'))} lines differ)")
+        print(f"{out}: up to date with {params_path(args)}")
+        return 0
+    text = render(params)
+    with atomic_open(out) as f:
+        f.write(text)
+    print(f"wrote {out} ({len(text.splitlines())} lines) from {params_path(args)}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("workflow", help="generate the pipeline's declarations for DVC (dvc.yaml)")
+    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc>")
+    ws.required = True
+    dvc = ws.add_parser("dvc", help="write dvc.yaml from params.yaml (after adding or removing an experiment "
+                        "or sweep under `pipeline:`)")
+    add_params_arg(dvc)
+    dvc.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml)")
+    dvc.add_argument("--check", action="store_true", help="write nothing; fail when the file differs from what "
+                     "params.yaml gives (CI and the tests run this)")
+    dvc.set_defaults(func=_dvc)

@@ -1,0 +1,61 @@
+"""``kind: methods`` tables: one row per method of a paper's results table -- the rows
+params.yaml lists, each tied to a paper row or to one of our runs or both, then every
+experiment or sweep cell of the table not listed -- with our cells beside the paper's."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dpsynth.config import Params, Table
+from dpsynth.errors import ConfigError
+from dpsynth.report.published import paper_table, resolve_paper_row
+from dpsynth.report.runs import (
+    METRICS,
+    NOT_REPORTED,
+    REPORTED_ONLY,
+    RunStore,
+    epsilon_cell,
+    metric_cell,
+    scale_cell,
+)
+from dpsynth.report.tables.common import BuiltTable, _members, _paper_eps, _paper_metric, _Row
+from dpsynth.report.tables.notes import _notes, _ours
+
+
+def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
+    where = f"tables.{name}"
+    default_paper = paper_table(table.published, where) if table.published else None
+    dataset = table.dataset or (default_paper.dataset if default_paper else None)
+    rows: list[_Row] = []
+    for i, r in enumerate(table.rows):
+        paper = None
+        if r.paper_row is not None:
+            pt, prow = resolve_paper_row(r.paper_row, table.published, f"{where}.rows[{i}]")
+            paper = (pt, prow.row_id)
+        rows.append(_Row(r.label, r.experiment, r.real, paper))
+    listed = {r.experiment for r in table.rows}
+    rows += [_Row(e, e) for e in _members(params, table) if e not in listed]
+    if not rows:
+        raise ConfigError(f"{where}: a methods table needs rows, experiments or sweeps")
+    records, rows_runs, runs = [], [], []
+    for row in rows:
+        pt, rid = row.paper if row.paper else (None, None)
+        ours_exists = row.experiment is not None or row.real is not None
+        run = (store.experiment(row.experiment) if row.experiment else store.real(row.real)) if ours_exists else None
+        rows_runs.append((row.label, run))
+        if run is not None and row.experiment:
+            runs.append((row.label, row.experiment))
+        rec: dict[str, str] = {"Method": row.label, "Run": row.experiment or (f"real_{row.real}" if row.real
+                                                                              else REPORTED_ONLY)}
+        rec["Scale"] = scale_cell(run, params.scale) if ours_exists else REPORTED_ONLY
+        rec["ε ours (every convention)"] = epsilon_cell(run, real=row.real is not None) if ours_exists \
+            else REPORTED_ONLY
+        rec["ε paper"] = _paper_eps(pt, rid, dataset) if rid is not None else NOT_REPORTED
+        for metric, label in METRICS.items():
+            rec[f"{label} ours"] = metric_cell(run, metric) if ours_exists else REPORTED_ONLY
+            rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
+        rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED
+        records.append(rec)
+    papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
+    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
+                      [*_notes(rows_runs, papers), *_ours(table)], runs)

@@ -1,0 +1,127 @@
+"""``kind: w2_noise`` tables: Reshetova et al. (arXiv:2306.09547) Fig. 5, the generator's W2 to
+the clean data against the noise level, from the W2 sweep's CSV (``dpsynth w2noise``), plus the
+W2 of each experiment the table lists. The CSV reader and the sweep's reason for writing no
+rows are here too; the figures use them as well."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dpsynth.config import Params, Table
+from dpsynth.errors import DataError
+from dpsynth.paths import w2_noise_csv
+from dpsynth.report.published import paper_table
+from dpsynth.report.runs import (
+    NOT_APPLICABLE,
+    NOT_REPORTED,
+    NOT_RUN,
+    PLOT_ONLY,
+    RunStore,
+    fmt_mean_std,
+    scale_cell,
+    sigma_cell,
+)
+from dpsynth.report.tables.common import BuiltTable, _members
+from dpsynth.report.tables.notes import _ours
+
+
+def read_w2_csv(path: Path) -> pd.DataFrame:
+    """The W2-vs-noise sweep file: columns ``loss``, ``noise`` (or ``noise_std``), ``w2``;
+    optional ``w2_privatized_data``, ``seed``, ``steps``, ``scale``. One row per (loss, noise, seed)."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise DataError(f"{path}: not a readable W2 sweep CSV: {exc}") from None
+    if "noise" not in df.columns and "noise_std" in df.columns:
+        df = df.rename(columns={"noise_std": "noise"})
+    missing = [c for c in ("loss", "noise", "w2") if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: W2 sweep CSV lacks column(s) {missing} (has {list(df.columns)})")
+    if len(df) and (not pd.api.types.is_numeric_dtype(df["noise"]) or not pd.api.types.is_numeric_dtype(df["w2"])):
+        raise DataError(f"{path}: columns noise and w2 must be numeric")
+    return df
+
+
+def w2_skipped_reason(csv_path: Path) -> str | None:
+    """Why a W2 sweep has no rows, from the JSON beside its CSV (a sweep limited to other
+    scales); None when it ran or the JSON is missing or unreadable."""
+    import json
+
+    try:
+        info = json.loads(Path(csv_path).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    reason = info.get("skipped") if isinstance(info, dict) else None
+    return str(reason) if reason else None
+
+
+def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
+    from dpsynth.evaluate.w2 import SWEEP_LOSSES
+
+    where = f"tables.{name}"
+    paper = paper_table(table.published, where) if table.published else None
+    paper_cell = PLOT_ONLY if paper is not None and paper.plot_only else NOT_REPORTED
+    records: list[dict[str, str]] = []
+    notes = ([f"{paper.source}: {n}" for n in paper.notes] if paper else []) + _ours(table)
+    path = w2_noise_csv(store.results, table.dataset) if table.dataset else None
+    df = read_w2_csv(path) if path is not None and path.is_file() else None
+    if path is not None and df is not None and df.empty:
+        reason = w2_skipped_reason(path) or "the sweep wrote no rows"
+        for loss in SWEEP_LOSSES:
+            records.append({"Loss": loss, "Noise σ": NOT_RUN, "Run": path.name, "Scale": params.scale,
+                            "W2 to clean data ours": NOT_RUN, "W2 paper": paper_cell, "n": "0"})
+        notes.append(f"Ours: {path}: {reason}.")
+    elif path is not None and df is not None:
+        order = {loss: i for i, loss in enumerate(SWEEP_LOSSES)}
+        groups = sorted(df.groupby(["loss", "noise"]), key=lambda g: (order.get(g[0][0], 99), str(g[0][0]), g[0][1]))
+        for (loss, noise), g in groups:
+            w2 = g["w2"].astype(float)
+            rec = {"Loss": str(loss), "Noise σ": f"{noise:g}", "Run": f"{path.name}",
+                   "Scale": str(g["scale"].iloc[0]) if "scale" in g else "not recorded in the CSV",
+                   "W2 to clean data ours": fmt_mean_std(w2.mean(), w2.std(ddof=0) if len(w2) > 1 else 0.0, 3),
+                   "W2 paper": paper_cell}
+            if "w2_privatized_data" in g:
+                pd_w2 = g["w2_privatized_data"].astype(float)
+                rec["W2 of the privatized data ours"] = fmt_mean_std(pd_w2.mean(), pd_w2.std(ddof=0), 3)
+            if "entropic_w2_privatized" in g and g["entropic_w2_privatized"].notna().any():
+                ent = g["entropic_w2_privatized"].astype(float)
+                rec["Entropic W2 to held-out privatized data ours"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
+            if "entropic_w2_privatized_clean" in g and g["entropic_w2_privatized_clean"].notna().any():
+                ent = g["entropic_w2_privatized_clean"].astype(float)
+                rec["Entropic W2 of the clean data itself"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
+            rec["n"] = str(len(g))
+            records.append(rec)
+        notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)).")
+        if "entropic_w2_privatized" in df:
+            notes.append("Ours: the entropic W2 column is Fig. 5 (right): W_{2,λ} at λ = 2σ² (Reshetova et al. "
+                         "(arXiv:2306.09547) eq. 8, squared units) from the generator to held-out test records "
+                         "privatized with fresh noise; the clean held-out records' own value beside it is what a "
+                         "generator of the clean distribution gets.")
+    else:
+        for loss in SWEEP_LOSSES:
+            records.append({"Loss": loss, "Noise σ": NOT_RUN, "Run": NOT_RUN, "Scale": NOT_RUN,
+                            "W2 to clean data ours": NOT_RUN, "W2 paper": paper_cell, "n": "0"})
+        notes.append(f"Ours: {path if path else 'no dataset: set tables.' + name + '.dataset'} does not exist yet.")
+    experiments = params.all_experiments()
+    for e in _members(params, table):
+        run = store.experiment(e)
+        w2 = run.metrics.get("w2") if run is not None else None
+        if run is None:
+            cell = NOT_RUN
+        elif isinstance(w2, int | float):
+            cell = fmt_mean_std(float(w2), 0.0, 3)
+        elif isinstance(w2, dict) and "mean" in w2:
+            cell = fmt_mean_std(float(w2["mean"]), float(w2.get("std", 0.0)), 3)
+        elif isinstance(w2, dict) and "w2" in w2:
+            cell = fmt_mean_std(float(w2["w2"]), 0.0, 3)
+        else:
+            cell = "not evaluated"
+        local = experiments[e].local
+        records.append({"Loss": experiments[e].hparams.loss, "Run": e, "Scale": scale_cell(run, params.scale),
+                        "Noise σ": sigma_cell(run) if local is None else
+                        f"{local.mechanism} ε={local.epsilon:g}" + (f" δ={local.delta:g}" if local.delta else ""),
+                        "W2 to clean data ours": cell, "W2 paper": paper_cell, "n": "1" if run else "0"})
+    frame = pd.DataFrame.from_records(records).fillna(NOT_APPLICABLE)
+    return BuiltTable(name, table.title, table.paper, frame, notes)

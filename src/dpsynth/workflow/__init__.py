@@ -1,0 +1,8 @@
+"""The pipeline's declarations for DVC, derived from params.yaml and the code (``dpsynth workflow``).
+
+Snakemake reads params.yaml itself (``workflow/rules/*.smk``); DVC cannot compute, so its
+``dvc.yaml`` is generated here: which experiments, warm starts and privatized datasets have stages
+follows from ``pipeline:`` through the method registry, and each stage's code dependencies are
+the files its CLI module imports (``code_deps``). tests/test_workflow_sync.py holds the two DAGs
+to the same jobs.
+"""

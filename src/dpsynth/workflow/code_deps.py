@@ -1,0 +1,94 @@
+"""The dpsynth source files a module can import, for dvc.yaml's code dependencies.
+
+Static (``ast``), so a stage's dependencies are known without importing torch: every ``import``
+and ``from ... import`` of a ``dpsynth`` module anywhere in a file (function-level imports too,
+which the CLI uses to start fast), followed transitively, plus the packages each module sits in
+(Python runs their ``__init__``). A method's trainer is loaded by name through the registry
+(``MethodSpec.trainer``), which no ``import`` statement shows; ``trainer_modules`` adds them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+import dpsynth
+
+PACKAGE_DIR = Path(dpsynth.__file__).resolve().parent  # .../src/dpsynth
+SOURCE_ROOT = PACKAGE_DIR.parent  # .../src: dvc.yaml names files relative to the repository as src/dpsynth/...
+
+
+def module_file(name: str) -> Path | None:
+    """``dpsynth.cli.train`` -> its file (a package's ``__init__.py``); None: not a dpsynth module."""
+    path = SOURCE_ROOT / Path(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+@cache
+def _imports_of(path: Path, module: str) -> tuple[str, ...]:
+    """The dpsynth module names ``path`` (module ``module``) imports, absolute."""
+    parts = module.split(".")
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            # `from pkg import name` may import a submodule: module_file() keeps only real ones
+            names += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return tuple(n for n in names if n == "dpsynth" or n.startswith("dpsynth."))
+
+
+def imported_files(modules: Iterable[str]) -> set[Path]:
+    """Every dpsynth source file the ``modules`` can import, transitively."""
+    seen: set[Path] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        path = module_file(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the enclosing packages
+        todo += _imports_of(path, name)
+    return seen
+
+
+def trainer_modules() -> list[str]:
+    """The modules the method registry loads by name (each method's trainer)."""
+    from dpsynth.config.methods import METHOD_SPECS
+
+    return sorted({spec.trainer.partition(":")[0] for spec in METHOD_SPECS.values()})
+
+
+def code_deps(modules: Iterable[str]) -> list[str]:
+    """dvc.yaml's code dependencies of a stage running ``modules``: repository-relative paths,
+    a folder where every source file in it is imported (so a file added to it is covered), else
+    the files; sorted."""
+    files = imported_files(modules)
+    out: set[str] = set()
+
+    def cover(folder: Path) -> bool:
+        """Add ``folder`` whole if all its files are imported; else its files and subfolders."""
+        sources = sorted(folder.rglob("*.py"))
+        if folder != PACKAGE_DIR and sources and all(f in files for f in sources):
+            out.add(folder.relative_to(SOURCE_ROOT.parent).as_posix())
+            return True
+        for f in sorted(folder.glob("*.py")):
+            if f in files:
+                out.add(f.relative_to(SOURCE_ROOT.parent).as_posix())
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()):
+            cover(sub)
+        return False
+
+    cover(PACKAGE_DIR)
+    return sorted(out)

@@ -1,0 +1,75 @@
+# Evaluation: each run's metrics, the real-data rows, and the W2-vs-noise sweep.
+# Every job also writes its wall-clock, CPU time and peak memory to benchmarks/jobs/<rule>/<wildcards>.tsv
+# (not an output; `scripts/stage-times.py` sums them per stage). Resources: workflow/resources.yaml.
+
+
+rule evaluate:
+    input:
+        sets="data/synthetic/{experiment}",
+        real=experiment_dataset,
+        summary="models/{experiment}/train_summary.json",
+    output:
+        metrics="results/runs/{experiment}/metrics.json",
+    log:
+        "logs/evaluate/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/evaluate/{experiment}.tsv"
+    threads: PARAMS.threads
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("evaluate"),
+    resources:
+        runtime=runtime("evaluate"),
+        mem_mb=mem_mb("evaluate"),
+    conda:
+        ENV
+    shell:
+        "{params.cli} evaluate {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+
+
+rule evaluate_real:
+    input:
+        "data/processed/{dataset}.npz",
+    output:
+        metrics="results/real/{dataset}/metrics.json",
+    log:
+        "logs/evaluate/real_{dataset}.log",
+    benchmark:
+        "benchmarks/jobs/evaluate_real/{dataset}.tsv"
+    threads: PARAMS.threads
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("evaluate_real"),
+    resources:
+        runtime=runtime("evaluate_real"),
+        mem_mb=mem_mb("evaluate_real"),
+    conda:
+        ENV
+    shell:
+        "{params.cli} evaluate --real {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+
+
+rule w2_noise:
+    input:
+        "data/processed/{dataset}.npz",
+    output:
+        csv="results/w2_noise/{dataset}.csv",
+        info="results/w2_noise/{dataset}.json",
+    log:
+        "logs/w2_noise/{dataset}.log",
+    benchmark:
+        "benchmarks/jobs/w2_noise/{dataset}.tsv"
+    threads: PARAMS.threads
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("w2_noise"),
+    resources:
+        runtime=runtime("w2_noise"),
+        mem_mb=mem_mb("w2_noise"),
+    conda:
+        ENV
+    shell:
+        "{params.cli} w2noise {wildcards.dataset} --params {params.run_params} > {log} 2>&1"

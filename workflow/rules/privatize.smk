@@ -1,0 +1,23 @@
+# Local DP: each record privatized once, before training (local-DP experiments only).
+# Every job also writes its wall-clock, CPU time and peak memory to benchmarks/jobs/<rule>/<wildcards>.tsv
+# (not an output; `scripts/stage-times.py` sums them per stage). Resources: workflow/resources.yaml.
+
+
+rule privatize:
+    input:
+        experiment_dataset,
+    output:
+        npz="data/privatized/{experiment}.npz",
+        report="data/privatized/{experiment}.json",
+    log:
+        "logs/privatize/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/privatize/{experiment}.tsv"
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("privatize"),
+    conda:
+        ENV
+    shell:
+        "{params.cli} privatize {wildcards.experiment} --params {params.run_params} > {log} 2>&1"

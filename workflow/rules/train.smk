@@ -1,0 +1,58 @@
+# Training: a targeted sweep's shared job (train_sweep), then one job per run; each releases a
+# generator with its privacy record.
+# Every job also writes its wall-clock, CPU time and peak memory to benchmarks/jobs/<rule>/<wildcards>.tsv
+# (not an output; `scripts/stage-times.py` sums them per stage). Resources: workflow/resources.yaml.
+
+
+rule train_sweep:
+    # With sweeps.<sweep>.train_together: every cell trained in this one job (the batched sweep,
+    # one device), each cell's finished checkpoint left for its own train job to release. Without:
+    # a marker per cell, so the DAG has the same shape either way (and as dvc.yaml).
+    input:
+        sweep_data,
+    output:
+        directory("private/sweeps/{sweep}"),
+    log:
+        "logs/train_sweep/{sweep}.log",
+    benchmark:
+        "benchmarks/jobs/train_sweep/{sweep}.tsv"
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("train_sweep"),
+    threads: PARAMS.threads
+    resources:
+        runtime=runtime("train_sweep"),
+        mem_mb=mem_mb("train_sweep"),
+        gpu=1,
+    conda:
+        ENV
+    shell:
+        "{params.cli} train-sweep {wildcards.sweep} --params {params.run_params} --no-progress > {log} 2>&1"
+
+
+rule train:
+    input:
+        train_data,
+    output:
+        generator="models/{experiment}/generator.pt",
+        privacy="models/{experiment}/privacy.json",
+        summary="models/{experiment}/train_summary.json",
+        log_csv="models/{experiment}/train_log.csv",
+    log:
+        "logs/train/{experiment}.log",
+    benchmark:
+        "benchmarks/jobs/train/{experiment}.tsv"
+    params:
+        cli=DPSYNTH,
+        run_params=RUN_PARAMS,
+        fingerprint=fp("train"),
+    threads: PARAMS.threads
+    resources:
+        runtime=runtime("train"),
+        mem_mb=mem_mb("train"),
+        gpu=1,
+    conda:
+        ENV
+    shell:
+        "{params.cli} train {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"

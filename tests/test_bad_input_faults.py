@@ -360,7 +360,7 @@ def test_cuda_without_a_gpu_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_good_devices_resolve() -> None:
-    from dpsynth.cli.common import resolve_device
+    from dpsynth.stages.common import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")

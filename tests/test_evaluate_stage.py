@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from dpsynth.errors import DataError
+from dpsynth.evaluate.record import MetricsRecord
 from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
 from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
@@ -61,6 +62,9 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert (fid["available"] is True and fid["mean"] > 0) or (fid["available"] is False and fid["fid"] is None
                                                              and fid["reason"])
     assert 0.0 <= m["classifiers"]["logreg"]["mean"] <= 1.0 and m["scale"] == "smoke"
+    # the report reads the file back through the writer's format, losslessly
+    record = MetricsRecord.from_dict(m, experiment="dps_digits", dataset="digits28")
+    assert record.to_dict() == m and not record.extra
 
 
 @pytest.mark.parametrize("edit, message", [

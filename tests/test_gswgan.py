@@ -225,12 +225,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ctx(root: Path, out: str, max_steps: int | None = None):
-    from dpsynth.cli.train import build_context
+    from dpsynth.stages.train import build_context
 
-    args = argparse.Namespace(experiment="gsw", params=str(root / "params.yaml"), scale=None, seed=None,
-                              out=str(root / out), private_out=str(root / out), device="cpu", no_progress=True,
-                              checkpoint_every=2)
-    ctx = build_context(args)
+    ctx = build_context("gsw", params_file=str(root / "params.yaml"), out=str(root / out), private_out=str(root / out),
+                        device="cpu", progress=False, checkpoint_every=2)
     ctx.max_steps_this_run = max_steps
     return ctx
 

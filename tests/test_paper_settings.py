@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpsynth.cli.evaluate import fid_reference
+from dpsynth.stages.evaluate import fid_reference
 from dpsynth.config import load_params
 from dpsynth.privacy.accounting import epsilon, max_steps
 from dpsynth.report.tables import build_tables

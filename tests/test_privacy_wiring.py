@@ -318,15 +318,13 @@ def test_gswgan_step_adds_per_sample_noise_and_picks_shards_uniformly(tmp_path, 
     """A real GS-WGAN run (warm start through the CLI, then ``train``): each generated sample's
     gradient is clip_{C/B}(clean) + N(0, (2 (C/B) sigma)^2), sigma as the SOUND accountant charges
     it (guard sigma * sqrt(B)); the critic (shard) of each step is uniform over the N_d shards."""
-    import argparse
-
     import yaml
 
     from dpsynth.cli import main as cli_main
-    from dpsynth.cli.train import build_context
     from dpsynth.data.prepare import Sources, prepare
     from dpsynth.methods import gs_wgan
     from dpsynth.methods.gswgan_critics import CriticBank
+    from dpsynth.stages.train import build_context
     from tests.conftest import REPO
 
     prepare("digits28", Sources(root=tmp_path / "data"))
@@ -342,10 +340,8 @@ def test_gswgan_step_adds_per_sample_noise_and_picks_shards_uniformly(tmp_path, 
     params = str(tmp_path / "params.yaml")
     assert cli_main(["warmstart", "gsw", "--params", params, "--private-out", str(tmp_path / "private"),
                      "--no-progress"]) == 0
-    args = argparse.Namespace(experiment="gsw", params=params, scale=None, seed=None, out=str(tmp_path / "models"),
-                              private_out=str(tmp_path / "private"), device="cpu", no_progress=True,
-                              checkpoint_every=None)
-    ctx = build_context(args)
+    ctx = build_context("gsw", params_file=params, out=str(tmp_path / "models"), private_out=str(tmp_path / "private"),
+                        device="cpu", progress=False)
     assert ctx.noise.private  # params.yaml's default
     steps = 60
     ctx.max_steps_this_run = steps

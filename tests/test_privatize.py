@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from dpsynth.cli.privatize import privatize, privatized_paths
+from dpsynth.stages.privatize import privatize, privatized_paths
 from dpsynth.config import parse_params
 from dpsynth.data.dataset import load_processed
 from dpsynth.data.prepare import Sources, prepare
@@ -54,7 +54,7 @@ LAPLACE_DCT = {"method": "entropic_wgan", "dataset": "digits28",
 
 
 def _eq5_sigma(eps: float, delta: float, sens: float) -> float:
-    """Equation (5) of seed 003, written out again independently of the library."""
+    """Reshetova et al. (arXiv:2306.09547) Eq. (5), written out again independently of the library."""
     c = math.sqrt(math.log(2.0 / (math.sqrt(16 * delta + 1) - 1)))
     return (c + math.sqrt(c * c + eps)) / (eps * math.sqrt(2)) * sens
 

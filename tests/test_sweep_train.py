@@ -161,18 +161,15 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
     """A group stopped after 2 of 3 steps (as a killed job: its group checkpoint written, no cell
     finished) and run again ends with the same cell checkpoints as the uninterrupted group:
     weights, accountant and log rows (reproducible noise, so the replay is exact)."""
-    import argparse
-
-    from dpsynth.cli.train import build_context
     from dpsynth.methods.dp_sinkhorn.together import cell_done, train_together
+    from dpsynth.stages.train import build_context
 
     params = together_and_alone["params"]
 
     def contexts(stop: int | None) -> list:
-        return [build_context(argparse.Namespace(
-            experiment=c, params=str(params), scale=None, seed=None, out=str(tmp_path / "models"),
-            private_out=str(tmp_path / "private"), device="cpu", no_progress=True, checkpoint_every=None,
-            max_steps_this_run=stop)) for c in ("sw-m0", "sw-m1")]
+        return [build_context(c, params_file=str(params), out=str(tmp_path / "models"),
+                              private_out=str(tmp_path / "private"), device="cpu", progress=False,
+                              max_steps_this_run=stop) for c in ("sw-m0", "sw-m1")]
 
     group_dir = tmp_path / "private" / "sweep_groups" / "sw"
     first = train_together(contexts(2), group_dir, "group0")
@@ -195,10 +192,8 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
 def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
     """A seed sweep under a train_subset trains each seed on another subset: such cells form one
     group each (a shared batched sweep would train both on the first cell's records)."""
-    import argparse
-
-    from dpsynth.cli.train import build_context
     from dpsynth.methods.dp_sinkhorn.together import group_by_shape
+    from dpsynth.stages.train import build_context
 
     p = digits28_smoke_params("dps_d28", 3)
     p["scales"]["smoke"]["train_subset"] = 500
@@ -209,7 +204,6 @@ def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
     params.write_text(yaml.safe_dump(p))
     assert run_cli("data", "prepare", "digits28", "--params", str(params)).returncode == 0
     cells = ["sw-m0-seed0", "sw-m0-seed1", "sw-m1-seed0", "sw-m1-seed1"]
-    ctxs = [build_context(argparse.Namespace(
-        experiment=c, params=str(params), scale=None, seed=None, out=str(tmp_path / "m"), private_out=str(tmp_path / "p"),
-        device="cpu", no_progress=True, checkpoint_every=None, max_steps_this_run=None)) for c in cells]
+    ctxs = [build_context(c, params_file=str(params), out=str(tmp_path / "m"), private_out=str(tmp_path / "p"),
+                          device="cpu", progress=False) for c in cells]
     assert group_by_shape(ctxs) == [[0, 2], [1, 3]]  # the m values share; the seeds do not

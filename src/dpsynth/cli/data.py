@@ -1,30 +1,16 @@
-"""`dpsynth data prepare|list`: the data stage."""
+"""`dpsynth data prepare|list`: the data stage (``dpsynth.stages.data``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from dpsynth.cli.common import add_params_arg, params_from_args, sources_from
-from dpsynth.errors import DataError
-from dpsynth.locations import check_writable_dir
+from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.stages.data import run_prepare
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from dpsynth.data.prepare import prepare, processed_paths
-    from dpsynth.data.registry import DATASETS, unknown_dataset_message
-
-    params = params_from_args(args, required=False)
-    src = sources_from(params, root=args.root, extra_dirs=args.source_dir)
-    unknown = [name for name in args.dataset if name not in DATASETS]
-    if unknown:  # fail on every typo at once, before any work, with the closest registered names
-        raise DataError("; ".join(unknown_dataset_message(name) for name in unknown))
-    check_writable_dir(src.root, "--root" if args.root else "data root (params data.root)")
-    for name in args.dataset:
-        info = prepare(name, src)
-        npz, _ = processed_paths(src.root, name)
-        print(f"{name}: {info['n_train']} train + {info['n_test']} test records of shape "
-              f"{tuple(info['record_shape'])} -> {npz} ({info['seconds']:.1f} s)")
-    return 0
+    return run_prepare(params_from_args(args, required=False), args.dataset, root=args.root,
+                       source_dirs=args.source_dir)
 
 
 def _list(args: argparse.Namespace) -> int:

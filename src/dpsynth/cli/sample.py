@@ -1,88 +1,17 @@
-"""`dpsynth sample EXPERIMENT`: K synthetic datasets (balanced labels) + a sample grid."""
+"""`dpsynth sample EXPERIMENT`: K synthetic datasets (balanced labels) + a sample grid; the stage is
+``dpsynth.stages.sample``."""
 
 from __future__ import annotations
 
 import argparse
-import re
-import time
-from pathlib import Path
 
-from dpsynth.cli.common import add_params_arg, apply_threads, get_experiment, params_from_args, params_path
-from dpsynth.errors import DpsynthError
-from dpsynth.paths import samples_png
+from dpsynth.cli.common import add_params_arg, params_from_args, params_path
+from dpsynth.stages.sample import run_sample
 
 
 def _sample(args: argparse.Namespace) -> int:
-    params = params_from_args(args)
-    exp = get_experiment(params, args.experiment, params_path(args))  # a typo fails here, before torch is imported
-
-    from dpsynth.data.registry import get_spec
-    from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, sha256_file, write_synthetic
-    from dpsynth.io import read_json
-    from dpsynth.methods.artifacts import load_generator, writing_to
-    from dpsynth.methods.context import GENERATOR_FILE, PRIVACY_FILE
-
-    apply_threads(params)
-    model_dir = Path(args.models) / args.experiment
-    privacy_path = model_dir / PRIVACY_FILE
-    if not privacy_path.is_file():
-        raise DpsynthError(f"{privacy_path}: missing privacy report; refusing to sample from a generator "
-                           f"whose guarantee is unknown")
-    from dpsynth.privacy.verify import verify_report
-
-    privacy = verify_report(read_json(privacy_path), str(privacy_path))  # recomputed, never trusted
-    G, meta = load_generator(model_dir / GENERATOR_FILE)
-    gen_hash = sha256_file(model_dir / GENERATOR_FILE)
-    out_dir = Path(args.out) / args.experiment
-    n, k_sets = params.preset.n_synthetic, params.preset.n_synthetic_sets
-    spec = get_spec(exp.dataset)
-    manifold = None
-    if spec.kind == "manifold2d":  # the curve from its definition (public), not the training records
-        import numpy as np
-
-        from dpsynth.data.prepare import manifold_points
-
-        manifold = manifold_points(str(spec.options["shape"]), 3000, np.random.default_rng(0))
-    written: set[str] = set()
-    for k in range(k_sets):
-        t0 = time.perf_counter()
-        x, y = generate(G, meta, n, seed=k)
-        path = out_dir / f"seed{k}.npz"
-        with writing_to(path):
-            write_synthetic(path, x, y, int(meta["num_classes"]), privacy,
-                            {"experiment": args.experiment, "generator_sha256": gen_hash, "sample_seed": k,
-                             "scale": params.scale, "n": n})
-        written.add(path.name)
-        print(f"{args.experiment}: synthetic set {k}: {n} samples -> {path} "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
-        if k == 0:
-            png = samples_png(args.results, args.experiment)
-            with writing_to(png):
-                sample_grid(x, y, int(meta["num_classes"]), png, class_names=spec.class_names,
-                            title=f"{args.experiment}: {privacy_caption(privacy)}", manifold=manifold)
-    for stale in remove_stale_sets(out_dir, written):
-        print(f"{args.experiment}: removed {stale} (not a set of this run)")
-    return 0
-
-
-_SET = re.compile(r"seed\d+\.npz")
-_SET_TEMP = re.compile(r"\.(seed\d+\.npz)\..*\.tmp")  # dpsynth.io.atomic_path's temporaries of a set
-
-
-def remove_stale_sets(out_dir: Path, keep: set[str]) -> list[Path]:
-    """Leave exactly this run's sets: a seed2.npz of an earlier (say paper-scale) run would
-    otherwise sit next to them, and a later stage reading every seed*.npz would mix generators.
-    Leftover temporaries of such sets go too (those of this run's sets are the atomic writer's
-    business). Called only once every new set is written, so a failed run destroys nothing."""
-    removed = []
-    for path in sorted(out_dir.iterdir()) if out_dir.is_dir() else []:
-        if not path.is_file():
-            continue
-        temp = _SET_TEMP.fullmatch(path.name)
-        if (_SET.fullmatch(path.name) and path.name not in keep) or (temp and temp.group(1) not in keep):
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
+    return run_sample(params_from_args(args), args.experiment, source=params_path(args), models=args.models,
+                      out=args.out, results=args.results)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

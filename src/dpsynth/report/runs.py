@@ -1,4 +1,5 @@
-"""Our side of every table: read a run's ``metrics.json`` and turn it into cells.
+"""Our side of every table: read a run's ``metrics.json`` (validated through its format,
+``dpsynth.evaluate.record.MetricsRecord``) and turn it into cells.
 
 The wording of a cell that holds no number is fixed here so every table says the same
 thing for the same reason, and a blank or invented cell cannot happen: a run that was not
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsynth.config import METHOD_SPECS
 from dpsynth.errors import DataError
+from dpsynth.evaluate.record import REAL_DATA, MetricsError, MetricsRecord
 from dpsynth.paths import REAL, RUNS, metrics_file, real_metrics_file
 from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
 
@@ -86,71 +87,31 @@ def read_run(path: Path, name: str) -> Run | None:
     return Run(name, path, metrics)
 
 
-#: Keys every metrics.json written by `dpsynth evaluate` has; a file without one is damaged or hand-made.
-REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale")
-#: Methods whose runs have no classifiers (an unconditional generator): they are scored by W2 instead.
-UNCONDITIONAL_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if not spec.conditional)
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
 def validate_metrics(path: Path, metrics: dict[str, Any], *, real: str | None = None,
                      configured: tuple[str, str] | None = None) -> dict[str, Any]:
     """Check one metrics.json before any table uses it; return it (dataset/method filled, see below).
 
     A file missing ``classifiers`` (or with ``privacy: "oops"``) would otherwise print "not
     evaluated" or "not reported" cells over a good table; the report refuses it instead, naming the
-    file and the key. ``real`` is the dataset of a real-data row (``results/real/{dataset}/``), whose
-    ``privacy`` is null; every other run's is a mapping. ``configured`` is (dataset, method) from
-    params.yaml for a configured experiment: a file that lacks those keys (hand-made fixtures, older
-    evaluate output) takes them from there, since the tables never read them from the file."""
+    file and the key (the checks are ``MetricsRecord.from_dict``'s, the format's owner). ``real`` is
+    the dataset of a real-data row (``results/real/{dataset}/``), whose ``privacy`` is null; every
+    other run's is a mapping. ``configured`` is (dataset, method) from params.yaml for a configured
+    experiment: a file that lacks those keys (hand-made fixtures, older evaluate output) takes them
+    from there, since the tables never read them from the file."""
     exp = path.parent.name
     fix = f"re-run `dpsynth evaluate {'--real ' + real if real else exp}`"
-
-    def bad(key: str, why: str) -> DataError:
-        return DataError(f"{path}: key {key!r} {why}; refusing to build the report from it "
-                         f"(nothing was written; {fix})")
-
     out = dict(metrics)
     if real is not None:
-        configured = (real, "real data")
+        configured = (real, REAL_DATA)
     if configured is not None:
         for key, value in zip(("dataset", "method"), configured):
             out.setdefault(key, value)
-    for key in REQUIRED_KEYS:
-        if key not in out:
-            raise bad(key, "is missing")
-    want = f"real_{real}" if real is not None else exp
-    if out["experiment"] != want:
-        raise bad("experiment", f"is {out['experiment']!r} but the file is that of {want!r} (copied from another run?)")
-    for key in ("dataset", "method", "scale"):
-        if not isinstance(out[key], str) or not out[key]:
-            raise bad(key, f"must be a non-empty string, got {out[key]!r}")
-    if configured is not None and out["dataset"] != configured[0]:
-        raise bad("dataset", f"is {out['dataset']!r}, expected {configured[0]!r} "
-                             f"(a run from another configuration?)")
-    clf = out["classifiers"]
-    if not isinstance(clf, dict):
-        raise bad("classifiers", f"must be a mapping of classifier -> accuracy, got {type(clf).__name__} {clf!r}")
-    if not clf and not (out["method"] in UNCONDITIONAL_METHODS and out.get("w2") is not None):
-        raise bad("classifiers", f"is empty (only a run of an unconditional method, {' or '.join(UNCONDITIONAL_METHODS)}, "
-                                 "scored by 'w2', has no classifiers)")
-    for kind, rec in clf.items():
-        if not isinstance(rec, dict) or not _finite(rec.get("mean")) or not _finite(rec.get("std", 0.0)):
-            raise bad(f"classifiers.{kind}", f"must be a record with numeric 'mean' and 'std', got {rec!r}")
-    fid = out["fid"]
-    if not isinstance(fid, dict) or not isinstance(fid.get("available"), bool):
-        raise bad("fid", f"must be a mapping with 'available' true/false, got {fid!r}")
-    if fid["available"] and not (_finite(fid.get("mean")) and _finite(fid.get("std", 0.0))):
-        raise bad("fid", f"says available but has no numeric 'mean'/'std': {fid!r}")
-    priv = out["privacy"]
-    if real is not None:
-        if priv is not None:
-            raise bad("privacy", f"must be null for a real-data row, got {type(priv).__name__}")
-    elif not isinstance(priv, dict):
-        raise bad("privacy", f"must be the run's privacy report (a mapping), got {type(priv).__name__} {priv!r}")
+    try:
+        MetricsRecord.from_dict(out, experiment=f"real_{real}" if real is not None else exp,
+                                dataset=configured[0] if configured is not None else None, real=real is not None)
+    except MetricsError as exc:
+        raise DataError(f"{path}: key {exc.key!r} {exc.why}; refusing to build the report from it "
+                        f"(nothing was written; {fix})") from None
     return out
 
 

@@ -1,0 +1,151 @@
+"""``metrics.json``: what the evaluate stage writes for one run (``results/runs/{experiment}/``) or one
+real-data row (``results/real/{dataset}/``), and what the report reads back.
+
+The writer owns the format: ``MetricsRecord`` is built by the evaluate stage and written with
+``write``; the report reads a file through ``MetricsRecord.from_dict``, which refuses one that a
+table would misprint (a missing key, a non-finite accuracy, a privacy report where none belongs).
+
+This module stays light (no numpy, torch or pydantic at import): the report imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpsynth.errors import DataError
+
+#: The ``method`` of a real-data row (classifiers trained on the real training split).
+REAL_DATA = "real data"
+
+#: Keys every metrics.json written by `dpsynth evaluate` has; a file without one is damaged or hand-made.
+REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale")
+#: Keys of a synthetic-data run only (absent from a real-data row's file); each may be null.
+SYNTHETIC_KEYS = ("w2", "n_synthetic_sets", "n_synthetic", "seconds", "train")
+
+
+def unconditional_methods() -> tuple[str, ...]:
+    """Methods whose runs have no classifiers (an unconditional generator): they are scored by W2 instead."""
+    from dpsynth.config import METHOD_SPECS
+
+    return tuple(name for name, spec in METHOD_SPECS.items() if not spec.conditional)
+
+
+class MetricsError(DataError):
+    """A metrics.json key that is missing or malformed: ``key`` (dotted) and ``why``."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"key {key!r} {why}")
+        self.key, self.why = key, why
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+@dataclass(frozen=True)
+class MetricsRecord:
+    """One metrics.json. Written keys: the seven of ``REQUIRED_KEYS``, then -- for a synthetic-data
+    run, never for a real-data row -- the five of ``SYNTHETIC_KEYS``, then ``preset`` and ``versions``
+    (files that lack those two, such as hand-made fixtures, read as None and are written without them).
+    ``extra`` keeps keys this version does not know, so a read record writes back what it read."""
+
+    experiment: str  # the run's name; ``real_{dataset}`` for a real-data row
+    dataset: str
+    method: str  # REAL_DATA for a real-data row
+    #: classifier kind -> {"mean", "std", "n", "values", "runs"} (accuracy on the real test split);
+    #: empty for an unconditional method, which is scored by ``w2``
+    classifiers: dict[str, dict[str, Any]]
+    #: {"available": True, "mean", "std", "n", "values", counts, extractor, weights ...} or
+    #: {"available": False, "fid": None, "reason"}: never a number that was not measured
+    fid: dict[str, Any]
+    privacy: dict[str, Any] | None  # the run's privacy report (verified by readers); None for a real-data row
+    scale: str
+    # of a synthetic-data run only:
+    w2: dict[str, Any] | None = None  # W2 to the clean test split {"mean", "std", ...}; None for conditional methods
+    n_synthetic_sets: int | None = None
+    n_synthetic: int | None = None
+    seconds: dict[str, float] | None = None  # {"load", "classifiers", "fid"}
+    train: dict[str, Any] | None = None  # the run's train_summary.json; None when there is none
+    # every run:
+    preset: dict[str, Any] | None = None  # the scale's preset as evaluated
+    versions: dict[str, str] | None = None  # dpsynth, torch, sklearn, python
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_real_data(self) -> bool:
+        return self.method == REAL_DATA
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object, keys in the order the evaluate stage has always written them."""
+        out: dict[str, Any] = {"experiment": self.experiment, "dataset": self.dataset, "method": self.method,
+                               "classifiers": self.classifiers}
+        if not self.is_real_data:
+            out["w2"] = self.w2
+        out.update(fid=self.fid, privacy=self.privacy)
+        if not self.is_real_data:
+            out.update(n_synthetic_sets=self.n_synthetic_sets, n_synthetic=self.n_synthetic, seconds=self.seconds,
+                       train=self.train)
+        out["scale"] = self.scale
+        if self.preset is not None:
+            out["preset"] = self.preset
+        if self.versions is not None:
+            out["versions"] = self.versions
+        return {**out, **self.extra}
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Atomically, as indented key-sorted JSON (``dpsynth.io.write_json``)."""
+        from dpsynth.io import write_json
+
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, experiment: str | None = None, dataset: str | None = None,
+                  real: bool = False) -> MetricsRecord:
+        """Check one metrics.json object before any table uses it; a ``MetricsError`` names the first bad key.
+
+        ``experiment`` (when given) is the name the file must be of, ``dataset`` the dataset it must
+        be on; ``real``: the file is a real-data row's, whose ``privacy`` is null (every other run's
+        is a mapping). The checks run in this order: required keys, the experiment's name, the three
+        names, the dataset, classifiers, FID, privacy."""
+        for key in REQUIRED_KEYS:
+            if key not in d:
+                raise MetricsError(key, "is missing")
+        if experiment is not None and d["experiment"] != experiment:
+            raise MetricsError("experiment", f"is {d['experiment']!r} but the file is that of {experiment!r} "
+                                    "(copied from another run?)")
+        for key in ("dataset", "method", "scale"):
+            if not isinstance(d[key], str) or not d[key]:
+                raise MetricsError(key, f"must be a non-empty string, got {d[key]!r}")
+        if dataset is not None and d["dataset"] != dataset:
+            raise MetricsError("dataset", f"is {d['dataset']!r}, expected {dataset!r} "
+                                          "(a run from another configuration?)")
+        clf = d["classifiers"]
+        if not isinstance(clf, dict):
+            raise MetricsError("classifiers", "must be a mapping of classifier -> accuracy, "
+                                              f"got {type(clf).__name__} {clf!r}")
+        unconditional = unconditional_methods()
+        if not clf and not (d["method"] in unconditional and d.get("w2") is not None):
+            raise MetricsError("classifiers", "is empty (only a run of an unconditional method, "
+                                              f"{' or '.join(unconditional)}, scored by 'w2', has no classifiers)")
+        for kind, rec in clf.items():
+            if not isinstance(rec, dict) or not _finite(rec.get("mean")) or not _finite(rec.get("std", 0.0)):
+                raise MetricsError(f"classifiers.{kind}",
+                                   f"must be a record with numeric 'mean' and 'std', got {rec!r}")
+        fid = d["fid"]
+        if not isinstance(fid, dict) or not isinstance(fid.get("available"), bool):
+            raise MetricsError("fid", f"must be a mapping with 'available' true/false, got {fid!r}")
+        if fid["available"] and not (_finite(fid.get("mean")) and _finite(fid.get("std", 0.0))):
+            raise MetricsError("fid", f"says available but has no numeric 'mean'/'std': {fid!r}")
+        priv = d["privacy"]
+        if real:
+            if priv is not None:
+                raise MetricsError("privacy", f"must be null for a real-data row, got {type(priv).__name__}")
+        elif not isinstance(priv, dict):
+            raise MetricsError("privacy", "must be the run's privacy report (a mapping), "
+                                          f"got {type(priv).__name__} {priv!r}")
+        optional = (*SYNTHETIC_KEYS, "preset", "versions")
+        return cls(**{k: d[k] for k in REQUIRED_KEYS}, **{k: d.get(k) for k in optional},
+                   extra={k: v for k, v in d.items() if k not in REQUIRED_KEYS and k not in optional})

@@ -1,0 +1,103 @@
+"""Helpers shared by the stage modules: the experiment a name refers to, torch's thread count, the
+device a ``--device`` value names.
+
+Importing this module must stay cheap (the CLI imports it to build its parser): torch and
+``dpsynth.config`` are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from dpsynth.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from dpsynth.config import Experiment, Params
+
+#: The parameters file a stage reads when none is named.
+DEFAULT_PARAMS = "params.yaml"
+
+
+def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``known`` (difflib), or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, [str(k) for k in known], n=n)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+def unknown_experiment_message(name: str, known: Iterable[str], source: str = DEFAULT_PARAMS) -> str:
+    """``unknown experiment 'x' in params.yaml; did you mean 'y'? (dpsynth experiments list shows all)``."""
+    return f"unknown experiment {name!r} in {source}{did_you_mean(name, known)} (dpsynth experiments list shows all)"
+
+
+def get_experiment(params: Params, name: str, source: str = DEFAULT_PARAMS) -> Experiment:
+    """The experiment (or sweep cell) called ``name``; a typo gets the closest configured names."""
+    experiments = params.all_experiments()
+    if name not in experiments:
+        raise ConfigError(unknown_experiment_message(name, experiments, source))
+    return experiments[name]
+
+
+def apply_threads(params: Params) -> None:
+    """Pin torch's CPU threads to the configured count: results depend on it, so every runner
+    (Snakemake, DVC, a shell) must use the same number, not whatever the machine offers."""
+    import torch
+
+    torch.set_num_threads(params.threads)
+
+
+DEVICE_HELP = "auto (a GPU when there is one), cpu, cuda, cuda:N or mps"
+
+
+def available_devices() -> list[str]:
+    """The --device values that work on this machine."""
+    import torch
+
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(value: str, option: str = "--device") -> torch.device:
+    """Check a device option before any work: torch only fails on first use (a RuntimeError
+    traceback mid-run). ``auto`` picks the first CUDA device when there is one, else the CPU."""
+    import torch
+
+    text = value.strip().lower()
+    have = available_devices()
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    m = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", text)
+    if m is None:
+        raise ConfigError(f"{option} {value!r}: unknown device; use {DEVICE_HELP} "
+                          f"(available here: {', '.join(have)})")
+    kind, index = m.group(1), None if m.group(2) is None else int(m.group(2))
+    if kind == "cpu" and index not in (None, 0):
+        raise ConfigError(f"{option} {value!r}: there is one CPU device; use cpu (available here: {', '.join(have)})")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{option} {value!r}: CUDA is not available on this machine "
+                              f"(available here: {', '.join(have)})")
+        count = torch.cuda.device_count()
+        if index is not None and index >= count:
+            raise ConfigError(f"{option} {value!r}: no CUDA device {index}; this machine has {count} "
+                              f"(available here: {', '.join(have)})")
+    if kind == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError(f"{option} {value!r}: Apple MPS is not available on this machine "
+                              f"(available here: {', '.join(have)})")
+        if index not in (None, 0):
+            raise ConfigError(f"{option} {value!r}: there is one MPS device; use mps "
+                              f"(available here: {', '.join(have)})")
+    return torch.device(kind if index is None else f"{kind}:{index}")

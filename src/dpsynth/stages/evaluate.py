@@ -1,0 +1,82 @@
+"""The evaluate stage: score one experiment's synthetic sets (`dpsynth evaluate EXPERIMENT`), or the
+real-data row of a dataset (`dpsynth evaluate --real DATASET`), and write its ``metrics.json``
+(``dpsynth.evaluate.record.MetricsRecord``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment
+
+if TYPE_CHECKING:
+    from dpsynth.config import Params
+
+
+def run_evaluate(params: Params, experiment: str | None = None, *, real: str | None = None,
+                 source: str = DEFAULT_PARAMS, models: str = "models", synthetic: str = "data/synthetic",
+                 results: str = "results", private_out: str = "private") -> int:
+    """Evaluate ``experiment`` (its sets under ``synthetic``, its train summary under ``models``) or,
+    with ``real``, that dataset's real-data row; write RESULTS/runs/{experiment}/metrics.json or
+    RESULTS/real/{dataset}/metrics.json and print the scores. ``private_out`` holds the cached FID
+    statistics of the real test split; ``source`` names the parameters file in the error for an
+    unknown experiment."""
+    # a misspelt experiment fails here, before torch and the metrics are imported
+    exp = None if real else get_experiment(params, experiment, source)
+
+    from dpsynth.data import load_processed
+    from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
+    from dpsynth.evaluate.record import REAL_DATA, MetricsRecord
+    from dpsynth.io import read_json
+    from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
+
+    apply_threads(params)
+    ev, preset = params.evaluation, params.preset
+    processed = Path(params.data.root) / "processed"
+    fid_cache = fid_reference_dir(private_out)
+    if real:
+        data = load_processed(processed / f"{real}.npz")
+        train_sets = [(data.x_train, data.y_train)]
+        record = MetricsRecord(
+            experiment=f"real_{real}", dataset=real, method=REAL_DATA,
+            classifiers=classifier_scores(train_sets, data, kinds=ev.classifiers,
+                                          max_epochs=preset.classifier_max_epochs,
+                                          train_subset=preset.classifier_train_subset),
+            fid=real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights,
+                              allow_download=ev.fid_download, timeout=ev.fid_download_timeout,
+                              cache_dir=fid_cache, n_reference=fid_reference(preset, data)),
+            privacy=None, scale=params.scale, preset=preset.model_dump(mode="json"), versions=environment())
+        out = real_metrics_file(results, real)
+    else:
+        assert exp is not None and experiment is not None
+        data = load_processed(processed / f"{exp.dataset}.npz")
+        paths = [Path(synthetic) / experiment / f"seed{k}.npz" for k in range(preset.n_synthetic_sets)]
+        scores = evaluate_synthetic(paths, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
+                                    train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
+                                    fid_weights=ev.fid_weights, fid_download=ev.fid_download,
+                                    fid_timeout=ev.fid_download_timeout,
+                                    conditional=exp.spec.conditional, fid_cache=fid_cache,
+                                    fid_reference=fid_reference(preset, data))
+        summary = Path(models) / experiment / "train_summary.json"
+        record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
+                               train=read_json(summary) if summary.is_file() else None, scale=params.scale,
+                               preset=preset.model_dump(mode="json"), versions=environment())
+        out = metrics_file(results, experiment)
+    record.write(out)
+    for kind, rec in record.classifiers.items():
+        print(f"{record.experiment}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
+    if record.w2:
+        print(f"{record.experiment}: W2 to clean data {record.w2['mean']:.4f} +- {record.w2['std']:.4f}")
+    fid = record.fid
+    print(f"{record.experiment}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
+                                          f"unavailable ({fid['reason']})"))
+    return 0
+
+
+def fid_reference(preset: Any, real: Any) -> int:
+    """Real test images on FID's reference side: the preset's count, ``all`` of the test split (the
+    papers' protocol: 60,000 generated images against the full test set, 19,962 for CelebA), or
+    (unset) as many as ``fid_samples``."""
+    ref = preset.fid_reference_samples
+    n = len(real.x_test) if ref == "all" else preset.fid_samples if ref is None else int(ref)
+    return min(n, len(real.x_test))

@@ -1,0 +1,190 @@
+"""The train stage: train one experiment's generator (resuming from its checkpoint), or a sweep's
+cells together on one device (``sweeps.<name>.train_together``).
+
+Privacy-relevant order: every folder a run writes (``out`` when it releases, and ``private_out``) is
+checked before the parameters are loaded and before any private record is read; a run trains and
+releases under its per-run lock (``RunLock`` on its private run directory); the noise comes from
+``params.privacy_noise`` (secret OS entropy unless ``reproducible``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpsynth.errors import DpsynthError
+from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, did_you_mean, get_experiment, resolve_device
+
+if TYPE_CHECKING:
+    from dpsynth.methods.context import TrainContext
+
+#: Where `train` writes when no --out / --private-out is given (the pipeline's layout).
+DEFAULT_OUT, DEFAULT_PRIVATE = "models", "private"
+
+
+def resolve_output_roots(out: str | None, private_out: str | None) -> tuple[str, str]:
+    """``(out, private_out)`` with the defaults filled in. A run released elsewhere (``--out``) must
+    say where its private files go too: defaulting them to ./private would let its checkpoint
+    replace that of the default run of the same name (and the other way round)."""
+    if out is None:
+        out = DEFAULT_OUT
+    if private_out is None:
+        if Path(out) != Path(DEFAULT_OUT):
+            raise DpsynthError(f"--out {out} needs --private-out DIR as well: this run's checkpoint and "
+                               f"diagnostics would otherwise go to ./{DEFAULT_PRIVATE}, replacing those of the "
+                               "default run of the same name")
+        private_out = DEFAULT_PRIVATE
+    return out, private_out
+
+
+def build_context(experiment: str, *, out: str, private_out: str, params_file: str = DEFAULT_PARAMS,
+                  scale: str | None = None, seed: int | None = None, device: str = "auto", progress: bool = True,
+                  checkpoint_every: int | None = None, max_steps_this_run: int | None = None,
+                  releases: bool = True) -> TrainContext:
+    """The run's TrainContext. Every folder it will write (``out`` when it ``releases``, and
+    ``private_out``) is checked before the parameters file is read and before any private record is.
+    ``params_file`` (with ``scale``, the scale override) is loaded here, after those checks;
+    ``checkpoint_every`` None keeps the method's interval."""
+    import numpy as np
+    import torch
+
+    from dpsynth.config import load_params, resolve_run
+    from dpsynth.data.dataset import Dataset, load_processed, subset_indices
+    from dpsynth.locations import check_writable_dir
+    from dpsynth.methods.context import TrainContext
+    from dpsynth.paths import private_run_dir, warmstart_dir
+    from dpsynth.privacy.randomness import NoiseSource
+
+    device_ = resolve_device(device)  # before any work: a bad --device fails in a second, clearly
+    if releases:
+        check_writable_dir(out, "--out")
+    check_writable_dir(private_out, "--private-out")
+    params = load_params(params_file, scale=scale)
+    apply_threads(params)
+    get_experiment(params, experiment, params_file)  # an unknown name: the closest configured ones
+    run = resolve_run(params, experiment, seed=seed)
+    if run.experiment.local is not None and not run.data.is_file():
+        raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {experiment}`)")
+    full = load_processed(run.data)
+    idx = subset_indices(len(full.x_train), run.preset.train_subset, run.seed)
+    x, y = (full.x_train, full.y_train) if idx is None else (full.x_train[idx], full.y_train[idx])
+    # The trainer never sees the test split: it is for the evaluation stage only.
+    data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
+    np.random.seed(run.seed)
+    torch.manual_seed(run.seed)
+    return TrainContext(
+        name=experiment, experiment=run.experiment, preset=run.preset, scale=run.scale, seed=run.seed,
+        data=data, out_dir=Path(out) / experiment, privacy_plan=run.privacy,
+        device=device_, progress=progress, scale_overrides=run.overrides,
+        warmstart_dir=warmstart_dir(private_out, run.warmstart) if run.warmstart is not None else None,
+        noise=NoiseSource(params.privacy_noise, run.seed if params.privacy_noise == "reproducible" else None),
+        private_dir=private_run_dir(private_out, experiment),
+        **({} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}),
+        max_steps_this_run=max_steps_this_run,
+    )
+
+
+def run_train(experiment: str, *, out: str | None, private_out: str | None, params_file: str = DEFAULT_PARAMS,
+              scale: str | None = None, seed: int | None = None, device: str = "auto", progress: bool = True,
+              checkpoint_every: int | None = None, max_steps_this_run: int | None = None) -> int:
+    """The stage: train ``experiment`` (or find it done) under its lock, release it, print the summary."""
+    from dpsynth.locations import RunLock
+    from dpsynth.methods.context import SUMMARY_FILE
+
+    out, private_out = resolve_output_roots(out, private_out)
+    ctx = build_context(experiment, out=out, private_out=private_out, params_file=params_file, scale=scale,
+                        seed=seed, device=device, progress=progress, checkpoint_every=checkpoint_every,
+                        max_steps_this_run=max_steps_this_run)
+    # run_train writes the summary after the method returns: a finished run lacking it is not done
+    ctx.also_released = (ctx.out_dir / SUMMARY_FILE,)
+    trainer = ctx.experiment.spec.load_trainer()
+    with RunLock(ctx.private_dir, f"experiment {ctx.name}"):
+        summary = _run_locked(ctx, trainer)
+    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _run_locked(ctx: TrainContext, trainer: Any) -> dict:
+    """Train (or find done) and write the summary, under the run's lock."""
+    from dpsynth.io import write_json
+    from dpsynth.methods.artifacts import writing_to
+    from dpsynth.methods.context import SUMMARY_FILE
+
+    t0 = time.perf_counter()
+    summary = trainer(ctx)
+    summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    summary["scale"] = ctx.scale
+    summary["scale_overrides"] = ctx.scale_overrides
+    summary["hparams"] = ctx.experiment.hparams.model_dump(mode="json")  # as run, after the scale's overrides
+    if summary["finished"] and not summary["already_done"]:  # every method returns loop.TrainResult
+        with writing_to(ctx.out_dir / SUMMARY_FILE):
+            write_json(ctx.out_dir / SUMMARY_FILE, summary)
+    return summary
+
+
+def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None,
+                    params_file: str = DEFAULT_PARAMS, scale: str | None = None, device: str = "auto",
+                    progress: bool = True, forward_mode: str = "auto") -> int:
+    """Train a sweep's cells together (``sweeps.<name>.train_together``): every cell without a
+    finished checkpoint, one batched sweep per shape group, each cell's finished checkpoint left
+    where its own `dpsynth train` job releases it from. Writes PRIVATE/sweeps/<name>/group.json,
+    the output both DAGs order the cells' train jobs after. Without train_together it only
+    writes that file (the cells train alone), so the DAG has one shape either way.
+
+    The group checkpoints live in PRIVATE/sweep_groups/<name>/, outside the job's output folder,
+    which workflow managers empty before (re-)running a job."""
+    from contextlib import ExitStack
+
+    from dpsynth.config import load_params
+    from dpsynth.errors import ConfigError
+    from dpsynth.io import write_json
+    from dpsynth.locations import RunLock
+    from dpsynth.paths import private_run_dir
+
+    out, private_out = resolve_output_roots(out, private_out)
+    params = load_params(params_file, scale=scale)
+    apply_threads(params)
+    if sweep_name not in params.sweeps:
+        raise ConfigError(f"sweeps.{sweep_name}: no such sweep{did_you_mean(sweep_name, params.sweeps)}")
+    sweep, cells = params.sweeps[sweep_name], params.cells_of(sweep_name)
+    summaries: dict[str, dict] = {}
+    with ExitStack() as locks:
+        if sweep.train_together:  # each cell's run directory, as its own `dpsynth train` would lock it
+            for cell in cells:
+                locks.enter_context(RunLock(private_run_dir(private_out, cell), f"experiment {cell}"))
+        _train_cells_together(sweep_name, sweep, cells, summaries, out=out, private_out=private_out,
+                              params_file=params_file, scale=scale, device=device, progress=progress,
+                              forward_mode=forward_mode)
+    write_json(Path(private_out) / "sweeps" / sweep_name / "group.json", {
+        "sweep": sweep_name, "mode": "together" if sweep.train_together else "alone",
+        "trained_together": sorted(k for k, v in summaries.items() if "trained_together" in v)})
+    print(json.dumps({"sweep": sweep_name, "train_together": sweep.train_together, "cells": summaries or cells},
+                     indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summaries: dict[str, dict], *,
+                          out: str, private_out: str, params_file: str, scale: str | None, device: str,
+                          progress: bool, forward_mode: str) -> None:
+    """With train_together: every cell without a finished checkpoint, one batched sweep per shape group."""
+    if not sweep.train_together:
+        return
+    from dpsynth.methods.dp_sinkhorn.together import cell_done, group_by_shape, train_together
+
+    ctxs = []
+    for cell in cells:  # each cell as its own `dpsynth train CELL` would run it (its seed, the method's interval)
+        ctxs.append(build_context(cell, out=out, private_out=private_out, params_file=params_file, scale=scale,
+                                  device=device, progress=progress))
+    todo = [c for c in ctxs if not cell_done(c)]
+    for c in ctxs:
+        if all(c is not t for t in todo):
+            summaries[c.name] = {"experiment": c.name, "already_trained": True}
+    for k, idx in enumerate(group_by_shape(todo) if todo else []):
+        group = [todo[i] for i in idx]
+        t0 = time.perf_counter()
+        for s in train_together(group, Path(private_out) / "sweep_groups" / sweep_name, f"group{k}",
+                                forward_mode=forward_mode):
+            s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
+            summaries[s["experiment"]] = s

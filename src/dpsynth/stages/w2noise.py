@@ -1,0 +1,88 @@
+"""The w2noise stage (`dpsynth w2noise DATASET`): Reshetova et al. (arXiv:2306.09547) Fig. 5 as a
+pipeline stage.
+
+For every seed, noise level and loss of ``w2_noise.<DATASET>`` in params.yaml: privatize the
+clean training records with N(0, s^2) per coordinate, train a generator on them, and measure
+its W2 to clean held-out records (the test split, which no generator sees). Writes
+``results/w2_noise/<DATASET>.csv`` (one row per seed x noise x loss; the report's table and
+curve read it) and a ``.json`` beside it with the settings and timings -- both atomically,
+after the last row, so an interrupted sweep leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dpsynth.errors import ConfigError
+from dpsynth.stages.common import apply_threads, did_you_mean
+
+if TYPE_CHECKING:
+    from dpsynth.config import Params
+
+FIELDS = ("loss", "noise_std", "seed", "w2", "w2_privatized_data", "entropic_w2_privatized",
+          "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
+
+
+def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: str | None = None) -> int:
+    """Run ``w2_noise.<dataset>`` (or, at a scale it is not configured for, write its empty result
+    saying so) into RESULTS/w2_noise/DATASET.csv (+ .json), or ``out`` and the .json beside it."""
+    import numpy as np
+    import pandas as pd
+
+    from dpsynth.data import load_processed
+    from dpsynth.evaluate.w2 import noise_sweep
+    from dpsynth.io import atomic_open, write_json
+    from dpsynth.paths import w2_noise_csv
+    from dpsynth.progress import Progress
+
+    apply_threads(params)
+    if dataset not in params.w2_noise:
+        raise ConfigError(f"w2_noise.{dataset}: no W2-vs-noise sweep configured for this dataset"
+                          f"{did_you_mean(dataset, params.w2_noise)} "
+                          f"(configured: {sorted(params.w2_noise) or 'none'})")
+    cfg, preset = params.w2_noise[dataset], params.preset
+    steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
+    csv_path = Path(out) if out else w2_noise_csv(results, dataset)
+    if cfg.scales is not None and params.scale not in cfg.scales:
+        # Both DAGs still see the stage's outputs; the report reads the reason from the JSON.
+        reason = (f"not run at scale {params.scale!r} (w2_noise.{dataset}.scales: {cfg.scales}; "
+                  f"run it with --config scale={cfg.scales[0]} or add {params.scale!r} there)")
+        with atomic_open(csv_path) as fh:
+            pd.DataFrame([], columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
+        write_json(csv_path.with_suffix(".json"), {
+            "dataset": dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
+            "skipped": reason})
+        print(f"w2noise {dataset}: {reason} -> {csv_path} (no rows)")
+        return 0
+    data = load_processed(Path(params.data.root) / "processed" / f"{dataset}.npz")
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    # one line every few seconds over all (seed, noise, loss) generators, between the per-row lines
+    bar = Progress(len(params.seeds) * len(cfg.noise_levels) * len(cfg.losses) * steps, f"w2noise {dataset}",
+                   bar=False)
+    for seed in params.seeds:
+        n = len(data.x_train)
+        take = preset.w2_noise_train_subset
+        idx = np.sort(np.random.default_rng([seed, 0x3F5]).choice(n, take, replace=False)) if take and take < n \
+            else np.arange(n)
+
+        def show(row: dict) -> None:
+            print(f"w2noise {dataset}: seed {seed} noise {row['noise_std']:g} {row['loss']}: "
+                  f"W2 {row['w2']:.4f} (privatized data {row['w2_privatized_data']:.4f}; {row['seconds']:.1f} s)",
+                  flush=True)
+
+        for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
+                               batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
+                               seed=seed, n_eval=cfg.n_eval, on_row=show, on_step=bar.update):
+            rows.append({**row, "n_train": len(idx), "scale": params.scale})
+    bar.close()
+    with atomic_open(csv_path) as fh:
+        pd.DataFrame(rows, columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
+    write_json(csv_path.with_suffix(".json"), {
+        "dataset": dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
+        "steps_this_scale": steps, "seeds": params.seeds, "clean_reference": "test split",
+        "wall_seconds": round(time.perf_counter() - t0, 2)})
+    print(f"w2noise {dataset}: {len(rows)} rows -> {csv_path} ({time.perf_counter() - t0:.1f} s)")
+    return 0

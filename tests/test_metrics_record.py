@@ -1,0 +1,81 @@
+"""``metrics.json`` as ``MetricsRecord``: the evaluate stage writes exactly the keys it always wrote,
+and the report's reader refuses a malformed file by key (``report.runs.validate_metrics`` adds the
+file and the fix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpsynth.errors import DataError
+from dpsynth.evaluate.record import REAL_DATA, MetricsError, MetricsRecord
+
+CLF = {"logreg": {"mean": 0.8, "std": 0.01, "n": 1, "values": [0.8], "runs": []}}
+FID = {"available": False, "fid": None, "reason": "no weights", "reference_split": "test"}
+PRIVACY = {"mechanism": "m", "epsilon": {"rdp_classic": 1.0}}
+
+
+def _synthetic(**kw: object) -> MetricsRecord:
+    fields = dict(experiment="dps_x", dataset="mnist", method="dp_sinkhorn", classifiers=CLF, w2=None, fid=FID,
+                  privacy=PRIVACY, n_synthetic_sets=1, n_synthetic=10, seconds={"load": 0.1}, train=None,
+                  scale="smoke", preset={"fid_samples": 10}, versions={"dpsynth": "0"})
+    return MetricsRecord(**{**fields, **kw})  # type: ignore[arg-type]
+
+
+def test_the_written_keys_are_the_evaluate_stages(tmp_path: Path) -> None:
+    syn = _synthetic()
+    assert list(syn.to_dict()) == ["experiment", "dataset", "method", "classifiers", "w2", "fid", "privacy",
+                                   "n_synthetic_sets", "n_synthetic", "seconds", "train", "scale", "preset",
+                                   "versions"]
+    real = MetricsRecord(experiment="real_mnist", dataset="mnist", method=REAL_DATA, classifiers=CLF, fid=FID,
+                         privacy=None, scale="smoke", preset={"fid_samples": 10}, versions={"dpsynth": "0"})
+    assert list(real.to_dict()) == ["experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale",
+                                    "preset", "versions"]
+    syn.write(tmp_path / "m.json")
+    text = (tmp_path / "m.json").read_text()
+    assert text == json.dumps(syn.to_dict(), indent=2, sort_keys=True) + "\n"
+    assert MetricsRecord.from_dict(json.loads(text)) == syn
+    assert MetricsRecord.from_dict(real.to_dict(), real=True) == real
+
+
+def test_unknown_keys_are_kept_and_missing_optional_ones_stay_missing() -> None:
+    d = {"experiment": "dps_x", "dataset": "mnist", "method": "dp_sinkhorn", "classifiers": CLF, "fid": FID,
+         "privacy": PRIVACY, "scale": "quick", "note": "hand-made"}
+    rec = MetricsRecord.from_dict(d)
+    assert rec.extra == {"note": "hand-made"} and rec.preset is None and rec.versions is None
+    assert set(rec.to_dict()) - set(d) == {"w2", "n_synthetic_sets", "n_synthetic", "seconds", "train"}
+
+
+@pytest.mark.parametrize("edit, key, why", [
+    (lambda d: d.pop("fid"), "fid", "is missing"),
+    (lambda d: d.update(experiment="other"), "experiment", "is 'other' but the file is that of 'dps_x'"),
+    (lambda d: d.update(scale=""), "scale", "must be a non-empty string"),
+    (lambda d: d.update(dataset="celeba"), "dataset", "is 'celeba', expected 'mnist'"),
+    (lambda d: d.update(classifiers={"mlp": {"mean": float("nan")}}), "classifiers.mlp", "must be a record"),
+    (lambda d: d.update(classifiers={}), "classifiers", "is empty"),
+    (lambda d: d.update(fid={"available": True, "mean": float("inf")}), "fid", "says available but"),
+    (lambda d: d.update(privacy=None), "privacy", "must be the run's privacy report"),
+])
+def test_a_malformed_file_is_refused_by_key(edit, key: str, why: str) -> None:  # type: ignore[no-untyped-def]
+    d = _synthetic().to_dict()
+    edit(d)
+    with pytest.raises(MetricsError, match=why) as info:
+        MetricsRecord.from_dict(d, experiment="dps_x", dataset="mnist")
+    assert info.value.key == key and isinstance(info.value, DataError)
+
+
+def test_an_unconditional_run_may_have_no_classifiers_when_scored_by_w2() -> None:
+    d = _synthetic(method="entropic_wgan", classifiers={}, w2={"mean": 1.0, "std": 0.0}).to_dict()
+    assert MetricsRecord.from_dict(d).classifiers == {}
+    with pytest.raises(MetricsError, match="'classifiers' is empty"):
+        MetricsRecord.from_dict({**d, "w2": None})
+
+
+def test_a_real_data_row_has_no_privacy_report() -> None:
+    d = MetricsRecord(experiment="real_mnist", dataset="mnist", method=REAL_DATA, classifiers=CLF, fid=FID,
+                      privacy=None, scale="smoke").to_dict()
+    assert MetricsRecord.from_dict(d, experiment="real_mnist", real=True).is_real_data
+    with pytest.raises(MetricsError, match="must be null for a real-data row"):
+        MetricsRecord.from_dict({**d, "privacy": PRIVACY}, real=True)

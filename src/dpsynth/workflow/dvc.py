@@ -18,6 +18,7 @@ every item of a ``foreach`` has the same dependencies.
 from __future__ import annotations
 
 import difflib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,17 @@ SAMPLE_PARAMS = ["scale", "scales"]
 UNCACHED = {"cache": False}
 
 
-def _code(kind: str) -> list[str]:
+@cache
+def _code_deps_of(kind: str) -> tuple[str, ...]:
+    """One import walk per stage kind, however many groups share it."""
     modules = ["dpsynth.cli", f"dpsynth.cli.{CLI_MODULE[kind]}"]
     if kind in ("train", "warmstart"):
         modules += trainer_modules()  # loaded by name through the method registry
-    return code_deps(modules)
+    return tuple(code_deps(modules))
+
+
+def _code(kind: str) -> list[str]:
+    return list(_code_deps_of(kind))
 
 
 def _run_outputs(run: str) -> dict[str, Any]:
@@ -83,7 +90,7 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
     """privatize, warmstart and the train/sample/evaluate groups of ``pipeline.experiments``."""
     stages: dict[str, Any] = {}
     targets = params.pipeline_targets()
-    privatized = {n: d for n, d in params.privatized_targets().items() if n in params.pipeline.experiments}
+    privatized = params.privatized_targets()  # only experiments: a sweep over local-DP data is refused
     if privatized:
         stages["privatize"] = {"foreach": privatized, "do": {
             "cmd": "dpsynth privatize ${key} --params params.yaml",

@@ -25,6 +25,12 @@ localrules:
     report,
 
 
+# What each job read (the settings its fingerprint hashes), as files: DVC's stages depend on them
+# (dpsynth.workflow.settings), so `dvc commit --force` after this run records it. Real runs only.
+onsuccess:
+    write_settings(PARAMS)
+
+
 # A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
 # Snakemake runs; one that trains asks the cluster for a GPU, like every training job.
 if not any(PARAMS.sweeps[s].train_together for s in PARAMS.pipeline.sweeps):

@@ -155,47 +155,65 @@ def test_repro_status_experiment_and_cache(repos):
     assert_clean(d)
 
 
-def test_an_lr_edit_re_plans_exactly_its_jobs_in_both_dags(repos):
-    """One edit of an experiment's lr after a real run by each runner: Snakemake plans that
-    experiment's train/sample/evaluate, those of the sweep cell built on it, its sweep's
-    train_sweep job and the report -- nothing else -- re-running train for "Params have changed";
-    DVC's status names the same three training stages (and the report) as changed. The edit reverted, both are clean again. (Runs before `dvc commit`
-    in the Snakemake copy: DVC's commit rewrites the files, newer mtimes Snakemake would see.)"""
-    from tests.test_workflow_sync import dry_run_plan
+CELL = "pm_fmnist_quick-p1.0-m1"  # smoke_patch's one Table 5 cell, a sweep over dps_fmnist
+RUNS = {f"{r}@{EXP}": (r, EXP) for r in ("train", "sample", "evaluate")}
+RUNS |= {f"{r}_pm_fmnist_quick@1.0-1": (r, CELL) for r in ("train", "sample", "evaluate")}
+TRAINING = {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1", "train_sweep_pm_fmnist_quick"}
 
-    def lr_edit(p: dict) -> None:
-        p["experiments"][EXP]["hparams"]["lr"] = 2e-5
+#: (what a user edits, the stages whose own settings that changes -- the rest of a re-run is downstream)
+EDITS: list[tuple[str, Callable[[dict], None], set[str]]] = [
+    ("experiments.dps_fmnist.hparams.lr", lambda p: p["experiments"][EXP]["hparams"].__setitem__("lr", 2e-5),
+     TRAINING | {"report"}),
+    ("experiments.dps_fmnist.description", lambda p: p["experiments"][EXP].__setitem__("description", "x"),
+     {"report"}),
+    ("scales.paper.n_synthetic_sets (another scale)", lambda p: p["scales"]["paper"].__setitem__("n_synthetic_sets", 2),
+     {"report"}),
+    ("scales.smoke.n_synthetic", lambda p: p["scales"]["smoke"].__setitem__("n_synthetic", 400),
+     {f"sample@{EXP}", "sample_pm_fmnist_quick@1.0-1", "report"}),
+    ("scales.smoke.train_steps", lambda p: p["scales"]["smoke"].__setitem__("train_steps", 10), TRAINING | {"report"}),
+    ("evaluation.classifiers", lambda p: p["evaluation"].__setitem__("classifiers", ["logreg", "mlp"]),
+     {f"evaluate@{EXP}", "evaluate_pm_fmnist_quick@1.0-1", "evaluate_real@fashion_mnist", "report"}),
+]
 
-    d = repos.snakemake
-    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
-    original = (d / "params.yaml").read_text()
-    cell = "pm_fmnist_quick-p1.0-m1"  # smoke_patch's one Table 5 cell, a sweep over dps_fmnist
-    try:
-        edit_params(d, lr_edit)
-        plan = dry_run_plan(d)
-        # the cell's sweep job too: it shares the base experiment's settings with every cell
-        sweep_job = ("train_sweep", "pm_fmnist_quick")
-        assert {(r, w) for r, w, _ in plan} == {(r, e) for r in ("train", "sample", "evaluate")
-                                                for e in (EXP, cell)} | {("report", ""), sweep_job}, plan
-        why = {(r, w): reason for r, w, reason in plan}
-        params_changed = {job for job, reason in why.items() if "Params have changed" in reason}
-        assert {("train", EXP), sweep_job} <= params_changed <= {("train", EXP), ("train", cell), sweep_job}
-        # the cell: its own params changed, and it comes after its planned sweep job (either may be named)
-        assert any(s in why[("train", cell)] for s in ("Params have changed", "private/sweeps/pm_fmnist_quick"))
-    finally:
-        (d / "params.yaml").write_text(original)
-    assert "Nothing to be done" in sh(d, venv_bin("snakemake"), "-n")
 
-    d = repos.dvc
-    _back_to_baseline(d)
-    assert_clean(d)
-    edit_params(d, lr_edit)
-    changed = json.loads(dvc(d, "status", "--json").strip().splitlines()[-1])
-    # the two trainings, and the report (its params include `experiments`: its notes print each run's settings)
-    assert set(changed) == {f"train@{EXP}", "train_sweep_pm_fmnist_quick", "train_pm_fmnist_quick@1.0-1",
-                            "report"}, changed
-    _back_to_baseline(d)
-    assert_clean(d)
+def snakemake_changed(d: Path, outs_of: dict[str, set[str]]) -> set[str]:
+    """The stages (by DVC's names) whose job Snakemake finds with changed params
+    (`--list-changes params`: the outputs of those jobs)."""
+    listed = set(sh(d, venv_bin("snakemake"), "--list-changes", "params").split())
+    return {name for name, outs in outs_of.items() if outs & listed}
+
+
+def dvc_changed(d: Path) -> set[str]:
+    """The stages DVC finds changed once its `settings` stage has written what each job reads."""
+    dvc(d, "repro", "--single-item", "settings")
+    return set(json.loads(dvc(d, "status", "--json").strip().splitlines()[-1]))
+
+
+def test_edits_re_run_the_same_stages_in_both_dags(repos):
+    """Each edit of EDITS after a real run by each runner: the jobs Snakemake finds with changed
+    settings are the stages DVC finds changed, by name, and both are what the edit means -- a
+    description or another scale's preset re-runs nothing but the report. Reverted, both are
+    clean again. (The Snakemake copy is checked before `dvc commit` touches its files.)"""
+    from tests.test_workflow_sync import dvc_stage_list
+
+    outs_of = {name: set(outs) for name, _deps, outs, _cmd in dvc_stage_list(repos.dvc) if name != "settings"}
+    sm, dv = repos.snakemake, repos.dvc
+    assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
+    original = (sm / "params.yaml").read_text()
+    _back_to_baseline(dv)
+    assert_clean(dv)
+    seen = {}
+    for key, edit, want in EDITS:
+        try:
+            edit_params(sm, edit)
+            edit_params(dv, edit)
+            seen[key] = (snakemake_changed(sm, outs_of), dvc_changed(dv))
+        finally:
+            (sm / "params.yaml").write_text(original)
+            _back_to_baseline(dv)
+        assert seen[key][0] == seen[key][1] == want, f"{key}: snakemake {seen[key][0]}, dvc {seen[key][1]}"
+    assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
+    assert_clean(dv)
 
 
 def test_dvc_commit_records_a_snakemake_run(repos):

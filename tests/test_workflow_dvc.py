@@ -70,7 +70,8 @@ def test_a_sweep_is_a_matrix_over_its_lists_in_params_yaml():
     assert train["matrix"] == {"sigma": "${sweeps.gs_sigma.grid.sigma}"}
     assert train["cmd"] == "dpsynth train gs_sigma-sigma${item.sigma} --params params.yaml --no-progress"
     # a sigma sweep leaves the critics alone: every cell trains from its base's warm start
-    assert train["deps"][:3] == ["data/processed/fashion_mnist.npz", "private/sweeps/gs_sigma",
+    assert train["deps"][:4] == ["results/settings/train/gs_sigma-sigma${item.sigma}.json",
+                                 "data/processed/fashion_mnist.npz", "private/sweeps/gs_sigma",
                                  "private/warmstart/gswgan_fmnist/critics.pt"]
     assert "gswgan_fmnist" in stages["warmstart"]["foreach"]
 

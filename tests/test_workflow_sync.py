@@ -96,6 +96,8 @@ def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
     sweeps = yaml.safe_load((cwd / "params.yaml").read_text())["pipeline"]["sweeps"]
     stages: dict[str, tuple[set[str], set[str]]] = {}
     for name, _deps, outs, cmd in dvc_stage_list(cwd):
+        if name == "settings":  # DVC's way to Snakemake's fingerprints (test_every_stage_reads_its_own_settings)
+            continue
         o, c = stages.setdefault(_rule_of(name.split("@")[0], sweeps), (set(), set()))
         o.update(outs)
         c.add(cmd.removeprefix("dpsynth ").strip())
@@ -153,11 +155,11 @@ def test_every_stage_has_the_same_inputs_in_both():
     models (the training logs), results/runs, results/real and results/w2_noise, whose every
     file is a Snakemake input."""
     jobs = {outs: (rule, ins) for rule, ins, outs in snakemake_jobs(REPO)}
-    stages = dvc_stage_list(REPO)
+    stages = [s for s in dvc_stage_list(REPO) if s[0] != "settings"]
     assert len(stages) == len(jobs)
     for name, deps, outs, _cmd in stages:
         rule, ins = jobs[frozenset(outs)]
-        deps = {d for d in deps if not d.startswith("src/") and d != "params.yaml"}
+        deps = {d for d in deps if not d.startswith(("src/", "results/settings/"))}
         if name == "report":
             folders = {"models", "results/runs", "results/real", "results/w2_noise"}
             assert deps == folders
@@ -166,6 +168,41 @@ def test_every_stage_has_the_same_inputs_in_both():
                 o for other, _ in jobs.items() for o in other if o.endswith("metrics.json")}
         else:
             assert deps == set(ins), f"{name}: DVC deps {sorted(deps)} vs Snakemake inputs {sorted(ins)}"
+
+
+def test_every_stage_reads_its_own_settings():
+    """DVC's stages depend on what their job reads through one file each, written by the `settings`
+    stage (all of params.yaml) from the function Snakemake's fingerprints hash: job by job, the
+    file named is that job's (stage, name), every job of the pipeline has one, and nothing else
+    of params.yaml is a stage's param."""
+    from dpsynth.config import load_params
+    from dpsynth.workflow.settings import pipeline_jobs, settings_path
+
+    sweeps = yaml.safe_load((REPO / "params.yaml").read_text())["pipeline"]["sweeps"]
+    stages = dvc_stage_list(REPO)
+    settings = [s for s in stages if s[0] == "settings"]
+    assert len(settings) == 1 and settings[0][2] == ["results/settings"]
+    assert "params.yaml" in settings[0][1]  # the whole file
+    read = set()
+    for name, deps, _outs, _cmd in stages:
+        if name == "settings":
+            continue
+        own = [d for d in deps if d.startswith("results/settings/")]
+        assert len(own) == 1, f"{name}: {own}"
+        group, _, item = name.partition("@")
+        rule = _rule_of(group, sweeps)
+        stage, job = own[0].removeprefix("results/settings/").removesuffix(".json").split("/")
+        assert stage == rule, (name, own)
+        if rule in ("report", "train_sweep"):
+            assert job == {"report": "report", "train_sweep": group.removeprefix("train_sweep_")}[rule], (name, own)
+        elif (sweep := group.removeprefix(f"{rule}_")) in sweeps:  # a cell: stage named by values, file by cell
+            assert job.startswith(f"{sweep}-"), (name, own)
+        else:
+            assert job == item, (name, own)
+        read.add((stage, "" if rule == "report" else job))
+    want = {(s, n) for s, n in pipeline_jobs(load_params(REPO / "params.yaml"))}
+    assert read == want
+    assert {settings_path(s, n) for s, n in want} == {f"results/settings/{s}/{n or s}.json" for s, n in read}
 
 
 def test_dvc_report_runs_after_every_run():
@@ -398,7 +435,7 @@ def imported_code(module: str) -> set[str]:
 
 
 # DVC stage group -> the CLI module its command runs
-_STAGE_CLI = {"prepare_data": "data", "privatize": "privatize", "warmstart": "warmstart", "train": "train",
+_STAGE_CLI = {"settings": "workflow", "prepare_data": "data", "privatize": "privatize", "warmstart": "warmstart", "train": "train",
               "train_sweep": "train", "sample": "sample", "evaluate": "evaluate", "evaluate_real": "evaluate",
               "w2_noise": "w2noise", "report": "report"}
 

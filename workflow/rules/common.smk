@@ -10,6 +10,7 @@ import yaml
 from dpsynth.config import check_yaml_file, parse_params
 from dpsynth.data.registry import DATASETS
 from dpsynth.fingerprint import fingerprint
+from dpsynth.workflow.settings import write_settings
 
 # Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
 # the last of two equal keys; refuse duplicates in those files as the CLI's loader does.

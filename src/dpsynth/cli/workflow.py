@@ -1,4 +1,5 @@
-"""`dpsynth workflow dvc [--check]`: write dvc.yaml from params.yaml, or check it is up to date."""
+"""`dpsynth workflow dvc [--check]`: write dvc.yaml from params.yaml, or check it is up to date;
+`dpsynth workflow settings`: write each job's settings file (DVC's `settings` stage runs it)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,19 @@ def _dvc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    from dpsynth.workflow.settings import SETTINGS_DIR, write_settings
+
+    params = params_from_args(args)
+    assert params is not None
+    written = write_settings(params)
+    print(f"{SETTINGS_DIR}: {len(written)} job settings changed" + "".join(f"\n  {w}" for w in written))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("workflow", help="generate the pipeline's declarations for DVC (dvc.yaml)")
-    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc>")
+    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings>")
     ws.required = True
     dvc = ws.add_parser("dvc", help="write dvc.yaml from params.yaml (after adding or removing an experiment "
                         "or sweep under `pipeline:`)")
@@ -42,3 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dvc.add_argument("--check", action="store_true", help="write nothing; fail when the file differs from what "
                      "params.yaml gives (CI and the tests run this)")
     dvc.set_defaults(func=_dvc)
+    settings = ws.add_parser("settings", help="write what each job reads from params.yaml to results/settings/ "
+                             "(DVC's stages depend on these files, so DVC re-runs what Snakemake re-runs)")
+    add_params_arg(settings)
+    settings.set_defaults(func=_settings)

@@ -138,7 +138,10 @@ def test_repro_status_experiment_and_cache(repos):
     assert len(exps) == 1, shown
     data = exps[0]["data"]
     assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
-    assert f"results/runs/{EXP}/metrics.json" in data["metrics"]
+    # `dvc metrics show`: the headline numbers, a few columns, not the ~130 of metrics.json
+    headline = data["metrics"][f"results/runs/{EXP}/headline.json"]["data"]
+    assert set(headline) == {"accuracy", "fid", "epsilon", "lr", "sigma", "steps"} and headline["epsilon"] <= 10
+    assert f"results/runs/{EXP}/metrics.json" not in data["metrics"]
 
     # The old params.yaml: its results come back from the cache.
     _back_to_baseline(d)
@@ -253,8 +256,9 @@ def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):
     exps = [rev["data"] for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
     mine = [x for x in exps if x["params"]["params.yaml"]["data"]["sweeps"]["pm_fmnist_quick"]["grid"]["p"] == [1.0, 0.5]]
     assert len(mine) == 1, exps
-    metrics = mine[0]["metrics"][f"results/runs/{cell}/metrics.json"]["data"]
-    assert set(metrics["classifiers"]) == {"logreg", "mlp", "cnn"} and metrics["train"]["hparams"]["p"] == 0.5
+    metrics = mine[0]["metrics"][f"results/runs/{cell}/headline.json"]["data"]
+    assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"}
+    assert json.loads((d / f"results/runs/{cell}/metrics.json").read_text())["train"]["hparams"]["p"] == 0.5
     assert cell in (d / "results/tables/pm_grid_fmnist.md").read_text()
 
 

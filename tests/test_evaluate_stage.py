@@ -65,6 +65,11 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     # the report reads the file back through the writer's format, losslessly
     record = MetricsRecord.from_dict(m, experiment="dps_digits", dataset="digits28")
     assert record.to_dict() == m and not record.extra
+    # beside it, the numbers `dvc metrics show` prints (a few columns, read from the same record)
+    headline = json.loads((workdir / "results/runs/dps_digits/headline.json").read_text())
+    assert headline["accuracy"] == {k: round(v["mean"], 4) for k, v in m["classifiers"].items()}
+    assert headline["epsilon"] == round(PRIVACY["epsilon"][PRIVACY["headline"]], 3)
+    assert headline["fid"] == (round(fid["mean"], 2) if fid["available"] else None)
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -10,6 +10,7 @@ rule evaluate:
         summary="models/{experiment}/train_summary.json",
     output:
         metrics="results/runs/{experiment}/metrics.json",
+        headline="results/runs/{experiment}/headline.json",
     log:
         "logs/evaluate/{experiment}.log",
     benchmark:
@@ -33,6 +34,7 @@ rule evaluate_real:
         "data/processed/{dataset}.npz",
     output:
         metrics="results/real/{dataset}/metrics.json",
+        headline="results/real/{dataset}/headline.json",
     log:
         "logs/evaluate/real_{dataset}.log",
     benchmark:

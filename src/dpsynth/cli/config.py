@@ -11,19 +11,25 @@ from dpsynth.cli.common import add_params_arg, params_from_args
 def _show(args: argparse.Namespace) -> int:
     import yaml
 
-    from dpsynth.config import resolve_privacy
+    from dpsynth.config import resolve_run
+    from dpsynth.errors import ConfigError
 
     params = params_from_args(args)
     assert params is not None
+
+    def as_run(name: str) -> dict:
+        try:
+            run = resolve_run(params, name)
+        except ConfigError as exc:  # a sweep outside pipeline.sweeps that this scale cannot honour
+            return {"refused_at_this_scale": str(exc)}
+        return {"lr": getattr(run.experiment.hparams, "lr", None), "privacy_plan": run.privacy.record()}
+
     resolved = params.model_dump(mode="json")
     resolved["resolved"] = {
         "scale": params.scale,
         "preset": params.preset.model_dump(mode="json"),
-        "experiments": {
-            name: {"method": e.method, "dataset": e.dataset,
-                   "privacy_plan": resolve_privacy(e, params.preset).record()}
-            for name, e in params.all_experiments().items()
-        },
+        "experiments": {name: {"method": e.method, "dataset": e.dataset, **as_run(name)}
+                        for name, e in params.all_experiments().items()},
     }
     if args.format == "json":
         print(json.dumps(resolved, indent=2, sort_keys=True))

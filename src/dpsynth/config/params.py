@@ -221,6 +221,11 @@ class Params(Strict):
             raise KeyError(sweep)
         return [name for name, (sname, _) in self._sweep_cells().items() if sname == sweep]
 
+    def sweep_of(self, name: str) -> str | None:
+        """The sweep whose cell ``name`` is, or None for a named experiment."""
+        cell = self._sweep_cells().get(name)
+        return cell[0] if cell is not None else None
+
     def all_experiments(self) -> dict[str, Experiment]:
         """Named experiments plus every sweep cell, validated like hand-written ones."""
         return {**self.experiments, **{name: exp for name, (_, exp) in self._sweep_cells().items()}}

@@ -39,6 +39,10 @@ class ScalePreset(Strict):
     hparams: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-method hyperparameter "
                                                "overrides for short runs (validated by the method's own model; "
                                                "recorded in every output)")
+    lr_multiplier: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="per-method factor on each experiment's own lr (a short run "
+        "needs a larger step than the papers' long ones); a multiplier, not a value, so an edited or swept lr "
+        "keeps its effect and its ratios at this scale")
     method_train_steps: dict[str, Annotated[int, Field(gt=0)]] = Field(
         default_factory=dict, description="per-method step budget, overriding train_steps")
     warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
@@ -54,6 +58,10 @@ class ScalePreset(Strict):
         """Each method's overrides must be settings of that method (checked by its own model)."""
         _known_methods(v)
         for method, overrides in v.items():
+            if "lr" in overrides:
+                raise KeyedValueError(f"{method}.lr", "a scale does not replace an experiment's lr (an edited or swept "
+                                      f"lr would have no effect): give a factor instead, lr_multiplier: {{{method}: "
+                                      "<factor>}, e.g. 100 to train the papers' 1.0e-5 at 1.0e-3")
             try:
                 refuse_foreign_keys(method, overrides)
                 METHOD_SPECS[method].hparams.model_validate(overrides)
@@ -64,8 +72,8 @@ class ScalePreset(Strict):
                 raise KeyedValueError(".".join(x for x in (method, loc) if x), msg) from None
         return v
 
-    @field_validator("method_train_steps")
+    @field_validator("method_train_steps", "lr_multiplier")
     @classmethod
-    def _method_steps(cls, v: dict[str, int]) -> dict[str, int]:
+    def _method_steps(cls, v: dict[str, Any]) -> dict[str, Any]:
         _known_methods(v)
         return v

@@ -22,6 +22,8 @@ REAL_DATA = "real data"
 
 #: Keys every metrics.json written by `dpsynth evaluate` has; a file without one is damaged or hand-made.
 REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "privacy", "scale")
+#: Written beside each metrics.json: its headline numbers (``MetricsRecord.headline``), DVC's ``metrics:``.
+HEADLINE_FILE = "headline.json"
 #: Keys of a synthetic-data run only (absent from a real-data row's file); each may be null.
 SYNTHETIC_KEYS = ("w2", "n_synthetic_sets", "n_synthetic", "seconds", "train")
 
@@ -96,10 +98,29 @@ class MetricsRecord:
         return {**out, **self.extra}
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Atomically, as indented key-sorted JSON (``dpsynth.io.write_json``)."""
+        """Atomically, as indented key-sorted JSON (``dpsynth.io.write_json``), and beside it the
+        headline numbers (``HEADLINE_FILE``)."""
         from dpsynth.io import write_json
 
         write_json(path, self.to_dict())
+        write_json(os.path.join(os.path.dirname(path), HEADLINE_FILE), self.headline())
+
+    def headline(self) -> dict[str, Any]:
+        """The few numbers ``dvc metrics show`` prints per run, readable in a terminal (DVC flattens a
+        whole metrics.json into ~130 columns): accuracy per classifier, FID (W2 for an unconditional
+        generator), and for a generator the epsilon it spent and the lr, sigma and steps it trained
+        with. None where a number was not measured (or is infinite: a non-private run's epsilon)."""
+        out: dict[str, Any] = {"accuracy": {k: round(float(v["mean"]), 4) for k, v in self.classifiers.items()},
+                               "fid": round(float(self.fid["mean"]), 2) if self.fid.get("available") else None}
+        if self.w2 is not None:
+            out["w2"] = round(float(self.w2["mean"]), 4)
+        if self.is_real_data:
+            return out
+        privacy, train = self.privacy or {}, self.train or {}
+        eps = (privacy.get("epsilon") or {}).get(privacy.get("headline"))
+        out["epsilon"] = round(float(eps), 3) if _finite(eps) else None
+        out.update(lr=(train.get("hparams") or {}).get("lr"), sigma=train.get("sigma"), steps=train.get("steps"))
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, experiment: str | None = None, dataset: str | None = None,

@@ -83,7 +83,9 @@ def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, i
         return None, int(plan.steps or ctx.experiment.hparams.max_steps or PAPER_STEPS), None, "none"
     eps, delta = plan.epsilon, plan.delta
     if plan.mode == "calibrate_sigma":
-        steps = int(plan.steps)
+        # a sweep cell's share of a scale budget is measured with the same sound accountant
+        steps = plan.budget_steps(b, lambda sigma, batch, eps_, delta_: acc.gswgan_sound_max_steps(
+            sigma, n_critics, batch, delta_, eps_))
         sigma = acc.gswgan_sound_sigma(n_critics, b, steps, delta, eps)
         return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
     if plan.mode == "derive_steps":

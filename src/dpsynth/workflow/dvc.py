@@ -68,6 +68,11 @@ def _run_outputs(run: str) -> dict[str, Any]:
             "plots": [{f"models/{run}/train_log.csv": {"x": "step", "y": "epsilon"}}]}
 
 
+def _metrics(folder: str) -> dict[str, Any]:
+    """An evaluation's outputs: ``dvc metrics show`` prints the headline numbers, not all of metrics.json."""
+    return {"outs": [{f"{folder}/metrics.json": dict(UNCACHED)}], "metrics": [{f"{folder}/headline.json": dict(UNCACHED)}]}
+
+
 def _train(run: str, data: list[str]) -> dict[str, Any]:
     return {"cmd": f"dpsynth train {run} --params params.yaml --no-progress",
             "deps": [settings_path("train", run), *data, *_code("train")], **_run_outputs(run)}
@@ -84,7 +89,7 @@ def _evaluate(run: str, dataset: str) -> dict[str, Any]:
     return {"cmd": f"dpsynth evaluate {run} --params params.yaml",
             "deps": [settings_path("evaluate", run), f"data/synthetic/{run}", f"data/processed/{dataset}.npz",
                      f"models/{run}/train_summary.json", *_code("evaluate")],
-            "metrics": [{f"results/runs/{run}/metrics.json": dict(UNCACHED)}]}
+            **_metrics(f"results/runs/{run}")}
 
 
 def _experiment_groups(params: Params) -> dict[str, Any]:
@@ -163,7 +168,7 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     stages["evaluate_real"] = {"foreach": "${evaluation.real_datasets}", "do": {
         "cmd": "dpsynth evaluate --real ${item} --params params.yaml",
         "deps": [settings_path("evaluate_real", "${item}"), "data/processed/${item}.npz", *_code("evaluate")],
-        "metrics": [{"results/real/${item}/metrics.json": dict(UNCACHED)}]}}
+        **_metrics("results/real/${item}")}}
     stages["w2_noise"] = {"foreach": "${w2_noise}", "do": {
         "cmd": "dpsynth w2noise ${key} --params params.yaml",
         "deps": [settings_path("w2_noise", "${key}"), "data/processed/${key}.npz", *_code("w2_noise")],

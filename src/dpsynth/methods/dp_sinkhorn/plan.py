@@ -120,7 +120,14 @@ def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float 
         if steps < 1:
             raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan.epsilon}")
     else:
-        steps = int(plan.steps)
+        n_records = ctx.data.x_train.shape[0]
+
+        def steps_allowed(sigma: float | None, batch_size: int, eps: float | None, delta: float | None) -> int:
+            # the papers' way for a sweep cell's share of a scale budget (PrivacyPlan.budget_steps)
+            rate = q if h.adversarial else batch_size / n_records
+            return acc.max_steps(sigma, rate, delta, eps, conversion="classic", sampling=sampling)
+
+        steps = plan.budget_steps(h.batch_size, steps_allowed)
         sigma = acc.calibrate_sigma(q, steps, plan.delta, plan.epsilon, conversion="classic",
                                     sampling=sampling)
     return sigma, steps

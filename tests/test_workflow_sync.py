@@ -222,7 +222,8 @@ def _p_list(values: list[float]):
 def assert_adds_exactly_one_cell(base: Path, more: Path, cell: str) -> None:
     """``more``'s DAG is ``base``'s plus ``cell``'s train, sample and evaluate outputs, in both runners."""
     want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
-    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json"}
+    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json",
+             f"results/runs/{cell}/headline.json"}
     for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
         a, b = outputs(base), outputs(more)
         a.pop("all", None), b.pop("all", None)
@@ -269,6 +270,42 @@ def test_lint_and_dry_runs_on_shipped_params():
     for stage in ("evaluate@dps_fmnist", "train@dps_fmnist", "warmstart@gswgan_fmnist", "train_gswgan@gswgan_fmnist",
                   "train_pm_fmnist_quick@0.2-1", "w2_noise@manifold2d_half_circle"):
         assert stage in dag
+
+
+def test_dry_runs_write_no_snapshot_and_a_real_run_keeps_only_its_own(tmp_path):
+    """The validated params.yaml the jobs read (.snakemake/dpsynth/params-<hash>.yaml): a dry run
+    names its snapshot but writes none and removes none (a dry run takes no lock; another
+    pipeline's jobs may be reading one), so `snakemake -n --config ...` leaves nothing behind. A
+    real run writes its own and removes every other one, except one a running Snakemake holds
+    (read-locked, as each holds its own: here this test process holds one)."""
+    import fcntl
+
+    d = copy_workflow(tmp_path / "wf")
+    snapshots = d / ".snakemake" / "dpsynth"
+    snapshots.mkdir(parents=True)
+    (snapshots / "params-000000000000.yaml").write_text("scale: paper\n")  # an earlier run's
+
+    def named(*config: str) -> str:
+        out = run([venv_bin("snakemake"), "-n", "-p", "data/processed/digits.npz", "--config", *config], d)
+        files = set(re.findall(r"--params \.snakemake/dpsynth/(params-[0-9a-f]{12}\.yaml)", out))
+        assert len(files) == 1, out
+        return files.pop()
+
+    smoke, threads = named("scale=smoke"), named("scale=smoke", "threads=2")
+    assert smoke != threads
+    assert sorted(p.name for p in snapshots.iterdir()) == ["params-000000000000.yaml"]
+
+    held = snapshots / "params-111111111111.yaml"
+    held.write_text("scale: quick\n")
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH)
+        run([venv_bin("snakemake"), "-c1", "data/processed/digits.npz", "--config", "scale=smoke"], d)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in snapshots.iterdir()) == sorted([smoke, held.name])
+    assert yaml.safe_load((snapshots / smoke).read_text())["scale"] == "smoke"  # what the job read
+    assert (d / "data/processed/digits.npz").is_file()
 
 
 def dry_run_plan(cwd: Path, *args: str) -> list[tuple[str, str, str]]:

@@ -1,4 +1,5 @@
 # Shared helpers: validated parameters, the configuration file every job reads, fingerprints.
+import fcntl
 import hashlib
 import os
 import shlex
@@ -24,27 +25,105 @@ EXPERIMENTS = PARAMS.all_experiments()
 TARGETS = list(PARAMS.pipeline_targets())
 
 
-def _write_resolved(cfg: dict) -> str:
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors: the snapshot's text, and so its name, depends on the values alone, not
+    on which of them Snakemake's config shares (it copies params.yaml's mappings, not its lists)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def _resolved(cfg: dict) -> tuple[Path, str]:
     """Every job reads exactly the configuration validated above -- params.yaml plus --config and
     --configfile overrides -- from a snapshot named by its content: a later edit of params.yaml, or
-    another `snakemake -n --config ...` in this directory, cannot change what a running pipeline's
+    another `snakemake --config ...` in this directory, cannot change what a running pipeline's
     jobs read. It reaches the jobs as the `run_params` param, a Path: Snakemake's params trigger
     ignores values it cannot represent (not str, int, list, ...), so jobs re-run on their
-    fingerprint, not on the snapshot's name (tests/test_dvc.py holds it to that)."""
-    text = yaml.safe_dump(cfg, sort_keys=True)
+    fingerprint, not on the snapshot's name (tests/test_dvc.py holds it to that). Returns the
+    snapshot's path and text; `onstart` below writes it."""
+    text = yaml.dump(cfg, Dumper=_PlainDumper, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = Path(".snakemake/dpsynth") / f"params-{digest}.yaml"
-    if not path.is_file():  # a SLURM job re-reading the Snakefile finds it there (shared file system)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        header = ("# Written by Snakemake: params.yaml plus any --config/--configfile overrides, as validated\n"
-                  "# for this run. Every job of the run reads this file; edit params.yaml, not this.\n")
-        tmp.write_text(f"{header}{text}")
-        os.replace(tmp, path)
-    return path
+    header = ("# Written by Snakemake: params.yaml plus any --config/--configfile overrides, as validated\n"
+              "# for this run. Every job of the run reads this file; edit params.yaml, not this.\n")
+    return Path(".snakemake/dpsynth") / f"params-{digest}.yaml", f"{header}{text}"
 
 
-RUN_PARAMS = _write_resolved(config)
+RUN_PARAMS, _RUN_PARAMS_TEXT = _resolved(config)
+# This run's open snapshot: its read lock lasts while the descriptor stays open (a POSIX lock also
+# ends when this process closes any other descriptor of the file: nothing here opens it again).
+_HELD = []
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not removed, nor replaced, meanwhile)."""
+    try:
+        st, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _hold_snapshot(path: Path, text: str) -> None:
+    """Write the run's snapshot (unless there) and read-lock it for as long as this process runs,
+    so that no other Snakemake removes it while its jobs read it. A new file is locked before it
+    gets its name, so a pruning run never sees it unlocked; an existing one, locked after it was
+    opened, is written again if a pruning run removed it in between. `fcntl.lockf` as in
+    dpsynth.locations: the kernel (or NFS server) drops it when the process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            fd = os.open(tmp, os.O_RDONLY)
+            fcntl.lockf(fd, fcntl.LOCK_SH)
+            os.replace(tmp, path)
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_SH)
+        if _same_file(fd, path):
+            _HELD.append(fd)
+            return
+        os.close(fd)
+
+
+def _prune_snapshots(keep: Path) -> None:
+    """Remove every other snapshot that no running Snakemake holds (a write lock is refused while
+    one has it read-locked): those of earlier runs, of configurations no longer in use."""
+    for old in keep.parent.glob("params-*.yaml"):
+        if old == keep:
+            continue
+        try:
+            fd = os.open(old, os.O_RDWR)
+        except OSError:  # removed by another pruning run meanwhile, or not ours to write
+            continue
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(fd, old):
+                old.unlink()
+        except OSError:  # held: a running pipeline's jobs read it
+            pass
+        finally:
+            os.close(fd)
+
+
+# The snapshot is written, and the others pruned, by the main Snakemake process of a real run only.
+# Where the Snakefile is parsed, Snakemake (9.x) cannot yet say whether this is a dry run:
+# `workflow.dryrun` asks the executor plugin, which is set only after the Snakefile is read, so it
+# is False during a dry run too. `onstart` is the documented hook for "this run executes jobs": it
+# runs after the DAG is built, before the first job is scheduled, in real (and --touch) runs only
+# ("dry-runs do not trigger any of the handlers"), never for --summary, --dag, --lint or --report,
+# and not in the sub-processes that run jobs (a SLURM job step, `--mode remote`, re-reads this file
+# and is started with --no-hooks; `workflow.is_main_process` checks that too). So a dry run writes
+# nothing and removes nothing: it names the snapshot its jobs would read. Snakemake's own lock does
+# not make a real run the only one (it locks the DAG's files, not the directory: runs on disjoint
+# targets, or with --nolock, run side by side), hence the locks above. A real run with --no-hooks
+# writes no snapshot: its jobs stop on the missing file, which they name. A workflow has one onstart
+# handler (a second replaces the first): add to this one.
+onstart:
+    if workflow.is_main_process:
+        _hold_snapshot(RUN_PARAMS, _RUN_PARAMS_TEXT)
+        _prune_snapshots(RUN_PARAMS)
 
 
 def fp(stage):

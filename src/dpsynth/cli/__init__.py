@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
 import errno
 import os
 import importlib
@@ -23,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dpsynth.errors import DpsynthError
+from dpsynth.errors import DpsynthError, did_you_mean
 from dpsynth.locations import UNWRITABLE
 
 # Stage modules, in the order they appear in --help. A module that is missing
@@ -47,12 +46,11 @@ def _choices(text: str) -> list[str]:
 
 def suggest_choice(message: str) -> str:
     """argparse's ``invalid choice: 'trian' (choose from ...)`` plus ``; did you mean 'train'?``
-    when a choice is close (difflib); the message unchanged otherwise."""
+    when a choice is close (``errors.did_you_mean``); the message unchanged otherwise."""
     m = _INVALID_CHOICE.search(message)
     if m is None:
         return message
-    close = difflib.get_close_matches(_choices(m.group("value"))[0], _choices(m.group("choices")), n=1)
-    return f"{message}; did you mean {close[0]!r}?" if close else message
+    return message + did_you_mean(_choices(m.group("value"))[0], _choices(m.group("choices")))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from dpsynth.config.base import Name, ScaleName, Strict
+from dpsynth.config.base import KeyedValueError, Name, ScaleName, Strict
 from dpsynth.config.experiment import Experiment, Sweep, expand_sweep
 from dpsynth.config.methods import METHOD_SPECS
 from dpsynth.config.scales import ScalePreset
 from dpsynth.config.tables import Table
-from dpsynth.errors import ConfigError
+from dpsynth.errors import ConfigError, did_you_mean
 
 
 class DataSettings(Strict):
@@ -137,63 +137,76 @@ class Params(Strict):
 
     @model_validator(mode="after")
     def _cross_refs(self) -> "Params":
+        """Names that must refer to something. Each raises a ``KeyedValueError`` with the key it is
+        about: a model validator's error has no location of its own (it would read ``(top level)``),
+        and a misspelt experiment or sweep name gets the closest configured one."""
         # lazy: config is imported by the data layer's CLI
         from dpsynth.data.registry import DATASETS, unknown_dataset_message
 
         for name in self.datasets:
             if name not in DATASETS:
-                raise ValueError(f"datasets: {unknown_dataset_message(name)}")
+                raise KeyedValueError("datasets", unknown_dataset_message(name))
         missing = [s for s in ("smoke", "quick", "paper") if s not in self.scales]
         if missing:
-            raise ValueError(f"scales: missing preset(s) {missing}")
+            raise KeyedValueError("scales", f"missing preset(s) {missing}")
         for ename, exp in self.experiments.items():
             if exp.dataset not in DATASETS:
-                raise ValueError(f"experiments.{ename}.dataset: {unknown_dataset_message(exp.dataset)}")
+                raise KeyedValueError(f"experiments.{ename}.dataset", unknown_dataset_message(exp.dataset))
         for e in self.pipeline.experiments:
             if e not in self.experiments:
-                raise ValueError(f"pipeline.experiments: no experiment named {e!r}")
+                raise KeyedValueError("pipeline.experiments", self._unknown_experiment(e))
             if self.experiments[e].dataset not in self.datasets:
-                raise ValueError(f"pipeline.experiments: {e!r} trains on {self.experiments[e].dataset!r}, which is "
-                                 "not in datasets (add it there)")
+                raise KeyedValueError("pipeline.experiments", f"{e!r} trains on {self.experiments[e].dataset!r}, "
+                                      "which is not in datasets (add it there)")
         for s in self.pipeline.sweeps:
             if s not in self.sweeps:
-                raise ValueError(f"pipeline.sweeps: no sweep named {s!r}")
+                raise KeyedValueError("pipeline.sweeps", self._unknown_sweep(s))
             base = self.experiments.get(self.sweeps[s].base)
             if base is not None and base.local is not None:
-                raise ValueError(f"pipeline.sweeps: sweep {s!r} is over a local-DP experiment (its privatized data is "
-                                 "made per experiment); list its cells as experiments instead")
+                raise KeyedValueError("pipeline.sweeps", f"sweep {s!r} is over a local-DP experiment (its privatized "
+                                      "data is made per experiment); list its cells as experiments instead")
             if base is not None and base.dataset not in self.datasets:
-                raise ValueError(f"pipeline.sweeps: sweep {s!r} trains on {base.dataset!r}, which is not in datasets")
+                raise KeyedValueError("pipeline.sweeps", f"sweep {s!r} trains on {base.dataset!r}, which is not in "
+                                      "datasets")
         for ds in self.w2_noise:
             if ds not in self.datasets:
-                raise ValueError(f"w2_noise.{ds}: dataset {ds!r} is not in datasets (add it there)")
+                raise KeyedValueError(f"w2_noise.{ds}", f"dataset {ds!r} is not in datasets (add it there)")
         for d in self.evaluation.real_datasets:
             if d not in self.datasets:
-                raise ValueError(f"evaluation.real_datasets: {d!r} is not in datasets")
+                raise KeyedValueError("evaluation.real_datasets", f"{d!r} is not in datasets")
         for sname, sweep in self.sweeps.items():
             if sweep.base not in self.experiments:
-                raise ValueError(f"sweeps.{sname}.base: no experiment named {sweep.base!r}")
+                raise KeyedValueError(f"sweeps.{sname}.base", self._unknown_experiment(sweep.base))
             method = self.experiments[sweep.base].spec
             if sweep.train_together and not method.trains_together:
                 together = ", ".join(s.name for s in METHOD_SPECS.values() if s.trains_together)
-                raise ValueError(f"sweeps.{sname}.train_together: {method.name} cells cannot be trained together "
-                                 f"(only {together}); remove it")
+                raise KeyedValueError(f"sweeps.{sname}.train_together", f"{method.name} cells cannot be trained "
+                                      f"together (only {together}); remove it")
         self._check_tables()
         return self
+
+    def _unknown_experiment(self, name: str) -> str:
+        """``unknown experiment 'x'; did you mean 'y'?`` (the closest named experiment, if any)."""
+        return f"unknown experiment {name!r}{did_you_mean(name, self.experiments)}"
+
+    def _unknown_sweep(self, name: str) -> str:
+        """``unknown sweep 'x'; did you mean 'y'?`` (the closest sweep, if any)."""
+        return f"unknown sweep {name!r}{did_you_mean(name, self.sweeps)}"
 
     def _check_tables(self) -> None:
         for tname, table in self.tables.items():
             for e in table.experiments:
                 if e not in self.experiments:
-                    raise ValueError(f"tables.{tname}.experiments: no experiment named {e!r}")
+                    raise KeyedValueError(f"tables.{tname}.experiments", self._unknown_experiment(e))
             for s in table.sweeps:
                 if s not in self.sweeps:
-                    raise ValueError(f"tables.{tname}.sweeps: no sweep named {s!r}")
+                    raise KeyedValueError(f"tables.{tname}.sweeps", self._unknown_sweep(s))
             for i, row in enumerate(table.rows):
                 if row.experiment is not None and row.experiment not in self.experiments and not any(
                         row.experiment.startswith(f"{s}-") for s in table.sweeps):
-                    raise ValueError(f"tables.{tname}.rows[{i}].experiment: no experiment named {row.experiment!r} "
-                                     f"(a sweep cell needs its sweep in tables.{tname}.sweeps)")
+                    raise KeyedValueError(f"tables.{tname}.rows[{i}].experiment",
+                                          f"{self._unknown_experiment(row.experiment)} (a sweep cell needs its "
+                                          f"sweep in tables.{tname}.sweeps)")
 
     # ------------------------------------------------------------------ derived views
 

@@ -7,12 +7,11 @@ Importing this module must stay cheap (the CLI imports it to build its parser): 
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from dpsynth.errors import ConfigError
+from dpsynth.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -21,14 +20,6 @@ if TYPE_CHECKING:
 
 #: The parameters file a stage reads when none is named.
 DEFAULT_PARAMS = "params.yaml"
-
-
-def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
-    """``"; did you mean 'x'?"`` for the closest of ``known`` (difflib), or ``""`` when none is close."""
-    close = difflib.get_close_matches(name, [str(k) for k in known], n=n)
-    if not close:
-        return ""
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?"
 
 
 def unknown_experiment_message(name: str, known: Iterable[str], source: str = DEFAULT_PARAMS) -> str:

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsynth.errors import DpsynthError
-from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, did_you_mean, get_experiment, resolve_device
+from dpsynth.errors import DpsynthError, did_you_mean
+from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpsynth.errors import ConfigError
-from dpsynth.stages.common import apply_threads, did_you_mean
+from dpsynth.errors import ConfigError, did_you_mean
+from dpsynth.stages.common import apply_threads
 
 if TYPE_CHECKING:
     from dpsynth.config import Params

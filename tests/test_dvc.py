@@ -158,63 +158,77 @@ def test_repro_status_experiment_and_cache(repos):
     assert_clean(d)
 
 
-CELL = "pm_fmnist_quick-p1.0-m1"  # smoke_patch's one Table 5 cell, a sweep over dps_fmnist
-RUNS = {f"{r}@{EXP}": (r, EXP) for r in ("train", "sample", "evaluate")}
-RUNS |= {f"{r}_pm_fmnist_quick@1.0-1": (r, CELL) for r in ("train", "sample", "evaluate")}
-TRAINING = {f"train@{EXP}", "train_pm_fmnist_quick@1.0-1", "train_sweep_pm_fmnist_quick"}
+CELL_STAGES = {f"{r}_pm_fmnist_quick@1.0-1" for r in ("train", "sample", "evaluate")}
+RUN = {f"{r}@{EXP}" for r in ("train", "sample", "evaluate")} | CELL_STAGES | {"train_sweep_pm_fmnist_quick", "report"}
 
-#: (what a user edits, the stages whose own settings that changes -- the rest of a re-run is downstream)
+#: (what a user edits, the stages that re-run: those whose own settings changed and what follows them)
 EDITS: list[tuple[str, Callable[[dict], None], set[str]]] = [
-    ("experiments.dps_fmnist.hparams.lr", lambda p: p["experiments"][EXP]["hparams"].__setitem__("lr", 2e-5),
-     TRAINING | {"report"}),
+    ("experiments.dps_fmnist.hparams.lr", lambda p: p["experiments"][EXP]["hparams"].__setitem__("lr", 2e-5), RUN),
     ("experiments.dps_fmnist.description", lambda p: p["experiments"][EXP].__setitem__("description", "x"),
      {"report"}),
     ("scales.paper.n_synthetic_sets (another scale)", lambda p: p["scales"]["paper"].__setitem__("n_synthetic_sets", 2),
      {"report"}),
     ("scales.smoke.n_synthetic", lambda p: p["scales"]["smoke"].__setitem__("n_synthetic", 400),
-     {f"sample@{EXP}", "sample_pm_fmnist_quick@1.0-1", "report"}),
-    ("scales.smoke.train_steps", lambda p: p["scales"]["smoke"].__setitem__("train_steps", 10), TRAINING | {"report"}),
+     {f"sample@{EXP}", f"evaluate@{EXP}", "sample_pm_fmnist_quick@1.0-1", "evaluate_pm_fmnist_quick@1.0-1", "report"}),
     ("evaluation.classifiers", lambda p: p["evaluation"].__setitem__("classifiers", ["logreg", "mlp"]),
      {f"evaluate@{EXP}", "evaluate_pm_fmnist_quick@1.0-1", "evaluate_real@fashion_mnist", "report"}),
 ]
 
 
-def snakemake_changed(d: Path, outs_of: dict[str, set[str]]) -> set[str]:
-    """The stages (by DVC's names) whose job Snakemake finds with changed params
-    (`--list-changes params`: the outputs of those jobs)."""
-    listed = set(sh(d, venv_bin("snakemake"), "--list-changes", "params").split())
-    return {name for name, outs in outs_of.items() if outs & listed}
+def _stage_graph(d: Path) -> tuple[dict[tuple[str, str], str], dict[str, set[str]]]:
+    """(the DVC stage of each job (rule, wildcard) -- through its settings file --, each stage's
+    direct successors: a dep that is, lies in, or holds another stage's output)."""
+    from tests.test_workflow_sync import dvc_stage_list
+
+    stages = [s for s in dvc_stage_list(d) if s[0] != "settings"]
+    job_of = {}
+    for name, deps, _outs, _cmd in stages:
+        (own,) = [x for x in deps if x.startswith("results/settings/")]
+        rule, job = own.removeprefix("results/settings/").removesuffix(".json").split("/")
+        job_of[(rule, "" if rule == "report" else job)] = name
+    after = {name: {other for other, deps, _, _ in stages if other != name and any(
+        dep == out or dep.startswith(out + "/") or out.startswith(dep + "/") for dep in deps for out in outs)}
+        for name, _deps, outs, _cmd in stages}
+    return job_of, after
 
 
-def dvc_changed(d: Path) -> set[str]:
-    """The stages DVC finds changed once its `settings` stage has written what each job reads."""
+def dvc_reruns(d: Path, after: dict[str, set[str]]) -> tuple[set[str], set[str]]:
+    """(the stages DVC finds changed once its `settings` stage has run, those and everything after them)."""
     dvc(d, "repro", "--single-item", "settings")
-    return set(json.loads(dvc(d, "status", "--json").strip().splitlines()[-1]))
+    changed = set(json.loads(dvc(d, "status", "--json").strip().splitlines()[-1]))
+    todo, closure = list(changed), set(changed)
+    while todo:
+        for nxt in after[todo.pop()] - closure:
+            closure.add(nxt)
+            todo.append(nxt)
+    return changed, closure
 
 
 def test_edits_re_run_the_same_stages_in_both_dags(repos):
-    """Each edit of EDITS after a real run by each runner: the jobs Snakemake finds with changed
-    settings are the stages DVC finds changed, by name, and both are what the edit means -- a
-    description or another scale's preset re-runs nothing but the report. Reverted, both are
-    clean again. (The Snakemake copy is checked before `dvc commit` touches its files.)"""
-    from tests.test_workflow_sync import dvc_stage_list
+    """Each edit of EDITS after a real run by each runner: the jobs `snakemake -n` plans are the
+    stages `dvc repro` re-runs (those DVC finds changed and what follows them), by name, and both
+    are what the edit means -- a description or another scale's preset re-runs nothing but the
+    report. Reverted, both are clean again. (The Snakemake copy is checked before `dvc commit`
+    touches its files.)"""
+    from tests.test_workflow_sync import dry_run_plan
 
-    outs_of = {name: set(outs) for name, _deps, outs, _cmd in dvc_stage_list(repos.dvc) if name != "settings"}
     sm, dv = repos.snakemake, repos.dvc
+    job_of, after = _stage_graph(dv)
     assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
     original = (sm / "params.yaml").read_text()
     _back_to_baseline(dv)
     assert_clean(dv)
-    seen = {}
     for key, edit, want in EDITS:
         try:
             edit_params(sm, edit)
             edit_params(dv, edit)
-            seen[key] = (snakemake_changed(sm, outs_of), dvc_changed(dv))
+            planned = {job_of[(rule, wildcard)] for rule, wildcard, _why in dry_run_plan(sm)}
+            changed, reruns = dvc_reruns(dv, after)
         finally:
             (sm / "params.yaml").write_text(original)
             _back_to_baseline(dv)
-        assert seen[key][0] == seen[key][1] == want, f"{key}: snakemake {seen[key][0]}, dvc {seen[key][1]}"
+        assert planned == reruns == want, f"{key}: snakemake {sorted(planned)}, dvc {sorted(reruns)}"
+        assert "report" in changed and changed <= want
     assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
     assert_clean(dv)
 

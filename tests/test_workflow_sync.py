@@ -257,14 +257,16 @@ def test_lint_and_dry_runs_on_shipped_params():
 
     `dvc repro --dry` hashes every stage's dependencies, so on a fresh tree it fails at the
     first stage whose input an upstream stage has not produced yet (treeverse/dvc#9021);
-    here it is run for the stages whose inputs exist, `dvc dag` checks the whole graph, and
-    the full `dvc repro --dry` is checked after a real run (test below)."""
+    here it is run for the stages whose inputs exist (after the settings files every stage
+    depends on are written, as the README's "after an edit" recipe does), `dvc dag` checks the
+    whole graph, and the full `dvc repro --dry` is checked after a real run (test below)."""
     out = subprocess.run([venv_bin("snakemake"), "--lint"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env=_env())
     assert out.returncode == 0, out.stdout + out.stderr
     dry = run([venv_bin("snakemake"), "-n", "--forceall"], REPO)
     for rule in ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate", "evaluate_real", "w2_noise"):
         assert re.search(rf"^{rule}\s+\d+$", dry, re.M), f"rule {rule} missing from the DAG"
+    run([venv_bin("dpsynth"), "workflow", "settings", "--params", "params.yaml"], REPO)
     run([venv_bin("dvc"), "repro", "--dry", "prepare_data"], REPO)
     dag = run([venv_bin("dvc"), "dag", "--md"], REPO)
     for stage in ("evaluate@dps_fmnist", "train@dps_fmnist", "warmstart@gswgan_fmnist", "train_gswgan@gswgan_fmnist",

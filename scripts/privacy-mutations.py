@@ -8,6 +8,9 @@ Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the ad
 privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
 target that file.
 
+The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF tests run too: a mutation inside a
+sanitizer must be caught by its audit, not only by a wiring test.
+
 Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
 mutation was not caught."""
 import argparse, pathlib, subprocess, sys
@@ -45,6 +48,13 @@ M = [
   "steps = acc.max_steps(sigma, q, plan.delta, plan.epsilon,", "steps = acc.max_steps(2 * sigma, q, plan.delta, plan.epsilon,"),
  ("secret numpy generator seeded with a constant", "src/dpsynth/privacy/randomness.py",
   "return np.random.default_rng(secrets.randbits(128))", "return np.random.default_rng(1234)"),
+ ("DP-MERF release noise halved (sigma/2 into the sanitizer)", "src/dpsynth/methods/dp_merf.py",
+  "san = MeanEmbeddingSanitizer(sigma, len(x),", "san = MeanEmbeddingSanitizer(sigma / 2, len(x),"),
+ ("DP-MERF sensitivity halved (noise for 1/n instead of 2/n)", "src/dpsynth/privacy/sanitizers.py",
+  "return 2.0 * self.bound * self.sigma / self.n_records", "return 1.0 * self.bound * self.sigma / self.n_records"),
+ ("DP-MERF embedding of the rows before the norm bound (clip skipped)", "src/dpsynth/privacy/sanitizers.py",
+  "clipped, norms = clip_rows(features.reshape(-1, d), self.bound)",
+  "clipped, norms = features.reshape(-1, d), torch.linalg.vector_norm(features.reshape(-1, d).double(), dim=1)"),
 ]
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -73,7 +83,7 @@ for i, (name, f, old, new) in enumerate(M):
     assert src.count(old) == 1, (name, src.count(old))
     p.write_text(src.replace(old, new))
     try:
-        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', '-k', 'not canary',
+        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', '-k', 'not canary',
                             'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values'],
                            cwd=R, capture_output=True, text=True, timeout=600)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]

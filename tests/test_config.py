@@ -148,7 +148,7 @@ def test_scale_overrides_are_validated_and_recorded():
     ("scales.quick.hparams.dp_sinkhornn", {"lr": 1.0}, "scales.quick.hparams.dp_sinkhornn: unknown method"),
     ("scales.quick.method_train_steps", {"gswgan": 3}, "scales.quick.method_train_steps.gswgan: unknown method"),
     ("experiments.gswgan_fmnist.method", "dp_sinkhorm", "experiments.gswgan_fmnist.method: unknown method (known: "
-     "dp_sinkhorn, gs_wgan, entropic_wgan)"),
+     "dp_sinkhorn, gs_wgan, entropic_wgan, dp_merf"),
     ("sweeps.gs_p", {"base": "gswgan_fmnist", "grid": {"p": [0.1, 0.2]}},
      "sweeps.gs_p (cell gs_p-p0.1).hparams.p: not a gs_wgan setting (it belongs to dp_sinkhorn)"),
     ("sweeps.gs_together", {"base": "gswgan_fmnist", "grid": {"lr": [1.0e-4, 2.0e-4]}, "train_together": True},

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from dpsynth.config import Params, ScalePreset, resolve_run
+from dpsynth.config import Params, ScalePreset, method_spec, resolve_run
 
 #: Preset fields each job kind reads (the rest of the preset belongs to other stages).
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
@@ -38,6 +38,9 @@ def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
     out = {k: v for k, v in dumped.items() if k not in _NOT_TRAINING}
     out["hparams"] = out.get("hparams", {}).get(method, {})
     out["method_train_steps"] = out.get("method_train_steps", {}).get(method)
+    if method_spec(method).releases_once:  # a scale's step budget and batch cap do not apply to it
+        for key in ("train_steps", "max_batch_size", "method_train_steps"):
+            out.pop(key, None)
     return out
 
 

@@ -114,6 +114,9 @@ class Experiment(Strict):
         spec = METHOD_SPECS[self.method]
         if self.privacy.enabled and (problem := self.hparams.private_run_problem()):
             raise ValueError(problem)
+        if spec.releases_once and self.privacy.enabled and self.privacy.steps not in (None, 1):
+            raise ValueError(f"{self.method} releases its private statistic once: privacy.steps must be 1 "
+                             f"(sigma then calibrated to the target), got {self.privacy.steps}")
         if self.local is not None:
             if not spec.takes_local_data:
                 local = " or ".join(s.name for s in METHOD_SPECS.values() if s.takes_local_data)

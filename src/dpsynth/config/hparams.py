@@ -113,3 +113,39 @@ class EntropicWGANHparams(_SinkhornSolver):
                              f"drop sinkhorn_iters ({self.sinkhorn_iters})")
         return self
 
+
+
+class DPMERFHparams(Hparams):
+    """DP-MERF (Harder, Adamczewski, Park, "DP-MERF: Differentially Private Mean Embeddings with Random
+    Features for Practical Privacy-Preserving Data Generation", AISTATS 2021, arXiv:2002.11603). Defaults
+    are the authors' MNIST/Fashion-MNIST settings (``ParkLabML/DP-MERF``, ``code_balanced/mnist_sr_gen.py``):
+    10,000 random features, the conditional conv generator, 5 epochs of batch 100, Adam lr 0.01 decayed
+    by 0.9 per epoch. The private data is read once (one noisy mean embedding); batch size, lr and epochs
+    shape only the generator's fit to that release (post-processing)."""
+
+    batch_size: int = Field(default=100, gt=0, description="generated samples per generator step")
+    lr: float = Field(default=0.01, gt=0, allow_inf_nan=False)
+    generator: str = Field(default="merf_conv", description="dpsynth.nets generator name")
+    n_features: int = Field(default=10_000, gt=0, description="random Fourier features D: cos and sin of D/2 "
+                            "frequencies, scaled so every record's feature vector has norm exactly 1")
+    bandwidth_sq: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="squared length "
+                                       "scale l^2 of the Gaussian kernel exp(-||x - x'||^2 / (2 l^2)) on images in "
+                                       "[0, 1]; frequencies w ~ N(0, I / l^2). A FIXED public value (the authors' "
+                                       "constants: 105 for MNIST, 127 for Fashion-MNIST); never computed from the "
+                                       "private data")
+    epochs: int = Field(default=5, gt=0, description="generator epochs of n_records // batch_size steps")
+    lr_decay: float = Field(default=0.9, gt=0, le=1, description="lr factor per epoch (the authors' StepLR)")
+    code_dim: int = Field(default=5, gt=0, description="latent code size of the generator")
+
+    @field_validator("n_features")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError(f"n_features must be even (cos and sin of n_features / 2 frequencies), got {v}")
+        return v
+
+    def private_run_problem(self) -> str | None:
+        if self.bandwidth_sq is None:
+            return ("DP-MERF needs a fixed, public kernel bandwidth (hparams.bandwidth_sq, e.g. the authors' 105 "
+                    "for MNIST, 127 for Fashion-MNIST): computing it from the private data would leak")
+        return None

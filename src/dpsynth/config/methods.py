@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpsynth.config.base import KeyedValueError
-from dpsynth.config.hparams import DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
+from dpsynth.config.hparams import (
+    DPMERFHparams,
+    DPSinkhornHparams,
+    EntropicWGANHparams,
+    GSWGANHparams,
+    Hparams,
+)
 from dpsynth.errors import DpsynthError
 
 
@@ -45,6 +51,10 @@ class MethodSpec:
     trains_together: bool = False
     #: Epsilon conventions its privacy reports add to the privacy table (beyond the RDP ones).
     epsilon_conventions: tuple[str, ...] = ()
+    #: Reads its private data once, in one noisy release (``privacy.steps: 1``); its training steps fit a
+    #: generator to that release (post-processing, no budget), so a scale's step budget and batch cap do
+    #: not apply to it: its steps come from its own hyperparameters at every scale.
+    releases_once: bool = False
 
     @property
     def needs_warm_start(self) -> bool:
@@ -66,6 +76,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                epsilon_conventions=("as_published.rdp_classic", "sound.rdp_classic")),
     MethodSpec(name="entropic_wgan", title="Entropic WGAN (local DP)", hparams=EntropicWGANHparams,
                trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True),
+    MethodSpec(name="dp_merf", title="DP-MERF", hparams=DPMERFHparams, trainer="dpsynth.methods.dp_merf:train",
+               releases_once=True, epsilon_conventions=("analytic_gaussian",)),
 )}
 
 

@@ -25,7 +25,8 @@ def apply_preset(exp: Experiment, preset: ScalePreset) -> tuple[Experiment, dict
     changes: dict[str, Any] = dict(preset.hparams.get(exp.method, {}))
     if (factor := preset.lr_multiplier.get(exp.method)) is not None and hasattr(exp.hparams, "lr"):
         changes["lr"] = float(f"{exp.hparams.lr * factor:.12g}")  # 1e-5 x 100 is 0.001, not 0.0010000000000000002
-    if preset.max_batch_size is not None and exp.hparams.batch_size > preset.max_batch_size:
+    if (preset.max_batch_size is not None and exp.hparams.batch_size > preset.max_batch_size
+            and not exp.spec.releases_once):  # its batches are generated samples, read at the paper's size
         changes["batch_size"] = preset.max_batch_size
     changes = {k: v for k, v in changes.items() if getattr(exp.hparams, k, object()) != v}
     if not changes:
@@ -119,7 +120,8 @@ def resolve_privacy(exp: Experiment, preset: ScalePreset, base: Experiment | Non
     target or batch size differs from its base's gets the base as its ``reference`` (see PrivacyPlan).
     """
     p = exp.privacy
-    budget = preset.method_train_steps.get(exp.method, preset.train_steps)
+    # a method that reads its data once spends its budget in that release at every scale
+    budget = None if exp.spec.releases_once else preset.method_train_steps.get(exp.method, preset.train_steps)
     if not p.enabled:
         return PrivacyPlan(mode="non_private", steps=budget)
     if budget is not None:

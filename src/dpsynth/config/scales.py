@@ -35,7 +35,8 @@ class ScalePreset(Strict):
         default=None, description="real test images on FID's reference side: a count, 'all' (the whole test "
         "split, the papers' protocol), or None (as many as fid_samples)")
     max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "
-                                       "afford the non-private batch of 500); recorded in every output")
+                                       "afford the non-private batch of 500); recorded in every output. Not applied to a method that "
+                                       "reads its data once (DP-MERF: its batches are generated samples)")
     hparams: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-method hyperparameter "
                                                "overrides for short runs (validated by the method's own model; "
                                                "recorded in every output)")

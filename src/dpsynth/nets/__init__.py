@@ -9,9 +9,10 @@ from dpsynth.nets.base import LATENT_DISTS, Generator
 from dpsynth.nets.biggan import BigGANGenerator
 from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.nets.gswgan import GSWGANGenerator
+from dpsynth.nets.merf import MERFConvGenerator
 from dpsynth.nets.mlp import MLPGenerator
 
-__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MLPGenerator", "build_generator",
+__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "DCGANGenerator", "Generator", "MERFConvGenerator", "MLPGenerator", "build_generator",
            "build_seeded_generator"]
 
 GENERATORS: dict[str, type[Generator]] = {
@@ -19,6 +20,7 @@ GENERATORS: dict[str, type[Generator]] = {
     "biggan": BigGANGenerator,
     "mlp": MLPGenerator,
     "resnet28": GSWGANGenerator,
+    "merf_conv": MERFConvGenerator,
 }
 
 

@@ -341,6 +341,20 @@ def gswgan_sound_max_steps(
     return max_steps(check_sigma(sigma) / math.sqrt(batch_size), 1.0 / shards, delta, target_eps, conversion=conversion)
 
 
+# --------------------------------------------------------------------------- one Gaussian release (DP-MERF)
+
+
+def gaussian_release_epsilon(sigma: float, delta: float, *, pld: bool = False) -> dict[str, float]:
+    """Epsilon of ONE Gaussian mechanism of multiplier ``sigma`` (noise std / L2 sensitivity) over the
+    whole dataset (DP-MERF's single release): the conventions every run reports, as one
+    subsampled-Gaussian step at q = 1 (which is the plain Gaussian mechanism), plus
+    ``analytic_gaussian``, the exact epsilon of Balle & Wang ("Improving the Gaussian Mechanism for
+    Differential Privacy", ICML 2018, arXiv:1805.06530) -- the tightest claim for one release."""
+    out = epsilon(sigma, 1.0, 1, delta, pld=pld)
+    out["analytic_gaussian"] = gaussian_epsilon_exact(1.0 / check_sigma(sigma), delta)
+    return out
+
+
 # --------------------------------------------------------------------------- one step, exact
 
 

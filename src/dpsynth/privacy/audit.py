@@ -31,7 +31,12 @@ from scipy.stats import beta
 
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy.accounting import gaussian_epsilon_exact
-from dpsynth.privacy.sanitizers import ParamGradSanitizer, PerSampleSanitizer, WholeBatchSanitizer
+from dpsynth.privacy.sanitizers import (
+    MeanEmbeddingSanitizer,
+    ParamGradSanitizer,
+    PerSampleSanitizer,
+    WholeBatchSanitizer,
+)
 
 _HUGE = 1e6  # gradient norm of the worst-case datasets: far above any clip bound
 
@@ -100,16 +105,18 @@ def audit_release(
     trials: int,
     delta: float,
     confidence: float,
+    direction: torch.Tensor | None = None,
 ) -> AuditResult:
     """Release ``grad0`` and ``grad1`` ``trials`` times each (vectorised) and bound epsilon.
 
     The score is the projection of the release on ``grad0 - grad1``'s clipped difference
-    direction, the likelihood-ratio statistic for equal-covariance Gaussians.
+    direction (or on ``direction``, given in the release's space when it differs from the
+    inputs'), the likelihood-ratio statistic for equal-covariance Gaussians.
     """
     with torch.no_grad():
         r0 = release(grad0.unsqueeze(0).expand(trials, *grad0.shape).contiguous())
         r1 = release(grad1.unsqueeze(0).expand(trials, *grad1.shape).contiguous())
-        direction = (grad0 - grad1).double()
+        direction = (grad0 - grad1 if direction is None else direction).double()
         direction = direction / torch.linalg.vector_norm(direction)
         s0 = (r0.double() * direction).reshape(trials, -1).sum(1).numpy()
         s1 = (r1.double() * direction).reshape(trials, -1).sum(1).numpy()
@@ -163,10 +170,30 @@ def audit_param_grad(
     return audit_release("param_grad", san.release_batch, g0, g1, mu, trials=trials, delta=delta, confidence=confidence)
 
 
+def audit_mean_embedding(
+    sigma: float, n_records: int = 4, num_classes: int = 2, dim: int = 8, *,
+    trials: int = 20000, delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
+    claimed_sigma: float | None = None,
+) -> AuditResult:
+    """DP-MERF barrier: one record's feature row replaced by its opposite in the same label block
+    (the worst replace-one neighbour, rows far outside the norm ball), claimed mu = 1/sigma."""
+    san = MeanEmbeddingSanitizer(sigma, n_records, num_classes, torch.Generator().manual_seed(seed + 1))
+    g0, _ = _opposite_pair((n_records, dim), seed)
+    g1 = g0.clone()
+    g1[0] = -g0[0]  # the neighbour: record 0 replaced; the others are the same on both sides
+    labels = torch.arange(n_records) % num_classes
+    direction = torch.zeros(num_classes, dim)
+    direction[labels[0]] = g0[0]  # the two releases' means differ only in record 0's label block
+    mu = 1.0 / (claimed_sigma or sigma)
+    return audit_release("mean_embedding", lambda rows: san.release_batch(rows, labels), g0, g1, mu,
+                         trials=trials, delta=delta, confidence=confidence, direction=direction)
+
+
 #: The audit of each sanitizer class; a training path may only build a class listed here
 #: (tests/test_privacy_audit.py checks every path's barrier against this table).
 AUDITS: dict[type, Callable[..., AuditResult]] = {
     WholeBatchSanitizer: audit_whole_batch,
     PerSampleSanitizer: audit_per_sample,
     ParamGradSanitizer: audit_param_grad,
+    MeanEmbeddingSanitizer: audit_mean_embedding,
 }

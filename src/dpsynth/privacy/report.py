@@ -141,6 +141,25 @@ def gswgan_report(
     )
 
 
+def gaussian_release_report(
+    *,
+    sigma: float,
+    dataset_size: int,
+    delta: float,
+    bound: float,
+    target_epsilon: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> PrivacyReport:
+    """Report for ONE Gaussian release over every record (DP-MERF's mean embedding): one step, q = 1;
+    ``bound`` is the per-record norm bound (the L2 sensitivity of the mean is 2 bound / n)."""
+    eps = acc.gaussian_release_epsilon(sigma, delta)
+    return PrivacyReport(
+        mechanism="gaussian_release", sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps),
+        headline="rdp_classic", steps=1, q=1.0, sampling=None, dataset_size=dataset_size,
+        batch_size=dataset_size, clip=bound, target_epsilon=target_epsilon, extra=dict(extra or {}),
+    )
+
+
 class BudgetGuard:
     """Stops training BEFORE the step that would push epsilon past the target.
 

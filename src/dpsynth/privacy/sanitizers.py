@@ -1,6 +1,6 @@
 """Gradient sanitizers: the only door from private data to the generator.
 
-Three building blocks, one per privacy barrier of the methods:
+The building blocks, one per privacy barrier of the methods:
 
 - :class:`WholeBatchSanitizer` (DP-Sinkhorn): the gradient w.r.t. the first ``n``
   generated images is clipped as ONE tensor to ``C`` and gets ``N(0, (2 C sigma)^2)``
@@ -9,6 +9,8 @@ Three building blocks, one per privacy barrier of the methods:
   ``C / B`` and noised with std ``2 (C / B) sigma``.
 - :class:`ParamGradSanitizer` (grad_theta ablation): the whole parameter gradient
   (one global norm over all parameters) clipped to ``C`` plus ``2 C sigma`` noise.
+- :class:`MeanEmbeddingSanitizer` (DP-MERF): each record's feature row clipped to norm 1,
+  the label-conditional mean released once with ``N(0, (2 sigma / n)^2)`` noise.
 
 The math lives in ``release_batch`` which takes a leading *trials* axis, so the
 Monte-Carlo audit (``privacy/audit.py``) runs the very same code vectorised; the autograd
@@ -362,3 +364,97 @@ class ParamGradSanitizer:
             clipped=bool(norms[-1] > self.clip),
         )
         return released.reshape(grads.shape)
+
+
+class MeanEmbeddingSanitizer:
+    """DP-MERF barrier: the label-conditional mean embedding, released ONCE with the Gaussian mechanism.
+
+    Each record contributes ``phi(x) (x) e_y`` (its feature row in its label's block); its norm
+    equals ``||phi(x)||``, which is clipped here to ``bound`` (random Fourier features have norm 1
+    by construction, but the bound is enforced, not assumed). Neighbouring datasets replace one
+    record (n is public): the mean changes by at most ``2 bound / n`` in L2 -- the two rows of
+    norm <= bound may sit at opposite ends of the ball in the same label block -- so the noise is
+    ``N(0, (2 bound sigma / n)^2)`` per coordinate: a Gaussian mechanism of multiplier ``sigma``.
+
+    :meth:`add` takes the records in chunks (the (classes x features) sum is all that is kept);
+    :meth:`release` noises the mean once and refuses a second release, a release before all ``n``
+    records were added, and non-finite values. ``release_batch`` is the same math with a leading
+    trials axis, for the Monte-Carlo audit.
+    """
+
+    def __init__(self, sigma: float, n_records: int, num_classes: int, generator: torch.Generator,
+                 bound: float = 1.0) -> None:
+        if not isinstance(generator, torch.Generator):
+            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
+        if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
+            raise PrivacyError(f"n_records must be a positive integer, got {n_records!r}")
+        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
+        self.bound = _check_pos("feature norm bound", bound)
+        self.n_records, self.num_classes, self.generator = n_records, int(num_classes), generator
+        self.added = 0
+        self.released = False
+        self.max_clean_norm = 0.0
+        self._sum: torch.Tensor | None = None
+        self.last: ReleaseStats | None = None
+
+    @property
+    def noise_std(self) -> float:
+        return 2.0 * self.bound * self.sigma / self.n_records
+
+    def _class_sums(self, features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(..., classes, D) float64 sums of the clipped rows per label, and the rows' clean norms."""
+        lead, d = features.shape[:-2], features.shape[-1]
+        clipped, norms = clip_rows(features.reshape(-1, d), self.bound)
+        clipped = clipped.to(torch.float64).reshape(-1, features.shape[-2], d)
+        out = torch.zeros(clipped.shape[0], self.num_classes, d, dtype=torch.float64, device=features.device)
+        out.index_add_(1, labels.to(features.device).long(), clipped)
+        return out.reshape(*lead, self.num_classes, d), norms
+
+    def _noised_mean(self, total: torch.Tensor) -> torch.Tensor:
+        mean = total / self.n_records
+        noise = _noise(mean.shape, self.noise_std, self.generator, mean)
+        released = mean + noise
+        _require_finite(released, "noisy mean embedding")
+        def last_norm(t: torch.Tensor) -> float:  # of the last trial's (classes x D) block
+            return float(torch.linalg.vector_norm(t.reshape(-1, t.shape[-2] * t.shape[-1])[-1].double()))
+
+        self.last = ReleaseStats(clean_norm=self.max_clean_norm, clipped_norm=last_norm(mean),
+                                 noise_norm=last_norm(noise), released_norm=last_norm(released),
+                                 clipped=self.max_clean_norm > self.bound)
+        return released
+
+    def add(self, features: torch.Tensor, labels: torch.Tensor) -> None:
+        """Accumulate a chunk of records: ``features`` (B, D), ``labels`` (B,) in [0, classes)."""
+        if self.released:
+            raise PrivacyError("the mean embedding was already released; adding records afterwards would "
+                               "need a second release")
+        if features.ndim != 2 or labels.shape != (features.shape[0],):
+            raise PrivacyError(f"expected features (B, D) and labels (B,), got {tuple(features.shape)} and "
+                               f"{tuple(labels.shape)}")
+        if self.added + len(features) > self.n_records:
+            raise PrivacyError(f"more records added ({self.added + len(features)}) than the {self.n_records} "
+                               "the noise is scaled for")
+        _require_finite(features, "feature row")
+        sums, norms = self._class_sums(features[None], labels)
+        self._sum = sums[0] if self._sum is None else self._sum + sums[0]
+        self.added += len(features)
+        self.max_clean_norm = max(self.max_clean_norm, float(norms.max()))
+
+    def release(self) -> torch.Tensor:
+        """The noisy (classes, D) mean embedding, float32; once."""
+        if self.released:
+            raise PrivacyError("the mean embedding is released once; a second release would spend the budget again")
+        if self.added != self.n_records or self._sum is None:
+            raise PrivacyError(f"{self.added} of {self.n_records} records added; the noise is scaled for all of them")
+        self.released = True
+        out = self._noised_mean(self._sum[None])[0].float()
+        self._sum = None
+        return out
+
+    def release_batch(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """``features`` (trials, n, D) of n = n_records records with shared ``labels`` (n,): one
+        independent release per trial (the audit's vectorised path; the object's state is untouched)."""
+        _require_finite(features, "feature row")
+        sums, norms = self._class_sums(features, labels)
+        self.max_clean_norm = float(norms.max())
+        return self._noised_mean(sums).float()

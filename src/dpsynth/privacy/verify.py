@@ -62,6 +62,11 @@ def recompute_epsilon(report: dict[str, Any], where: str) -> dict[str, float]:
         if not math.isclose(_num(report, "q", where), 1.0 / shards, rel_tol=1e-12):
             raise PrivacyError(f"{where}: q={report['q']} is not 1/shards (shards={shards})")
         return flatten_epsilon(acc.gswgan_epsilon(sigma, shards, batch, steps, delta, pld=pld))
+    if mech == "gaussian_release":  # one release over every record (DP-MERF)
+        if steps != 1 or _num(report, "q", where) != 1.0:
+            raise PrivacyError(f"{where}: a single Gaussian release has steps 1 and q 1, got steps={steps!r}, "
+                               f"q={report.get('q')!r}")
+        return flatten_epsilon(acc.gaussian_release_epsilon(sigma, delta, pld=pld))
     q, sampling = _num(report, "q", where), report.get("sampling")
     if sampling not in acc.SAMPLINGS:
         raise PrivacyError(f"{where}: privacy report field 'sampling' must be one of {acc.SAMPLINGS}, got {sampling!r}")

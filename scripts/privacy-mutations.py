@@ -8,7 +8,7 @@ Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the ad
 privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
 target that file.
 
-The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF tests run too: a mutation inside a
+The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF and DP-CGAN tests run too: a mutation inside a
 sanitizer must be caught by its audit, not only by a wiring test.
 
 Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
@@ -55,6 +55,9 @@ M = [
  ("DP-MERF embedding of the rows before the norm bound (clip skipped)", "src/dpsynth/privacy/sanitizers.py",
   "clipped, norms = clip_rows(features.reshape(-1, d), self.bound)",
   "clipped, norms = features.reshape(-1, d), torch.linalg.vector_norm(features.reshape(-1, d).double(), dim=1)"),
+ ("DP-SGD GAN clip skipped (the per-example sanitizer of DP-CGAN's discriminator)", "src/dpsynth/privacy/sanitizers.py",
+  "clipped, norms = clip_rows(grads.reshape(t * b, p), self.clip)",
+  "clipped, norms = grads.reshape(t * b, p), torch.linalg.vector_norm(grads.reshape(t * b, p).double(), dim=1)"),
 ]
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,7 +86,7 @@ for i, (name, f, old, new) in enumerate(M):
     assert src.count(old) == 1, (name, src.count(old))
     p.write_text(src.replace(old, new))
     try:
-        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', '-k', 'not canary',
+        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py', '-k', 'not canary',
                             'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values'],
                            cwd=R, capture_output=True, text=True, timeout=600)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]

@@ -25,7 +25,7 @@ from dpsynth.config.experiment import (
     expand_sweep,
     sweep_cell_name,
 )
-from dpsynth.config.hparams import DPMERFHparams, DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
+from dpsynth.config.hparams import DPCGANHparams, DPMERFHparams, DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
 from dpsynth.config.loader import (
     DuplicateKeyError,
     UniqueKeyLoader,
@@ -41,7 +41,7 @@ from dpsynth.config.scales import ScalePreset
 from dpsynth.config.tables import Table, TableRow
 
 __all__ = [
-    "METHOD_SPECS", "SWEEP_KEYS", "DPMERFHparams", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
+    "METHOD_SPECS", "SWEEP_KEYS", "DPCGANHparams", "DPMERFHparams", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
     "EvaluationSettings", "Experiment", "GSWGANHparams", "Hparams", "LocalMechanism", "MethodSpec", "Name",
     "OptimizerName", "Params", "Pipeline", "PrivacyPlan", "PrivacyTarget", "RunSpec", "ScaleName", "ScalePreset", "Strict",
     "Sweep", "Table", "TableRow", "Target", "UniqueKeyLoader", "W2NoiseSweep", "apply_preset", "cell_suffix",

@@ -149,3 +149,29 @@ class DPMERFHparams(Hparams):
             return ("DP-MERF needs a fixed, public kernel bandwidth (hparams.bandwidth_sq, e.g. the authors' 105 "
                     "for MNIST, 127 for Fashion-MNIST): computing it from the private data would leak")
         return None
+
+
+class DPCGANHparams(Hparams):
+    """DP-CGAN (Torkzadehmahani, Kairouz, Paten, "DP-CGAN: Differentially Private Synthetic Data and Label
+    Generation", CVPR Workshops 2019, arXiv:2001.09700), the DP-SGD GAN baseline of GS-WGAN (NeurIPS 2020,
+    arXiv:2006.08265) and DP-Sinkhorn's ICLR Table 1. Defaults are the authors' MNIST script (as mirrored in
+    ``ParkLabML/DP-MERF``, ``dpcgan/dp_cgan_reference_im.py``): one-hidden-layer (128) conditional MLPs,
+    latent U(-1, 1)^100, expected batch 600, clip 1.1, a discriminator trained by DP-SGD with lr falling
+    linearly from 0.1 to 0.052 over 10,000 steps, the generator by Adam at TensorFlow's defaults."""
+
+    batch_size: int = Field(default=600, gt=0, description="EXPECTED Poisson batch size B of private records "
+                            "(q = B / N); also the number of generated samples per step")
+    lr: float = Field(default=1e-3, gt=0, allow_inf_nan=False, description="the generator's Adam lr (the "
+                      "reference's TensorFlow default)")
+    optimizer: Literal["adam"] = Field(default="adam", description="the generator's optimizer (the reference's "
+                                       "Adam); the discriminator's is always plain SGD, as DP-SGD")
+    generator: str = Field(default="cgan_mlp", description="dpsynth.nets generator name")
+    clip: float = Field(default=1.1, gt=0, allow_inf_nan=False, description="clipping bound C of each real "
+                        "record's per-example discriminator gradient (the fake-sample term is clipped to it too)")
+    d_lr: float = Field(default=0.1, gt=0, allow_inf_nan=False, description="discriminator SGD lr at step 0")
+    d_lr_end: float = Field(default=0.052, gt=0, allow_inf_nan=False, description="discriminator SGD lr from "
+                            "step d_lr_decay_steps on (linear in between)")
+    d_lr_decay_steps: int = Field(default=10_000, gt=0, description="steps over which the discriminator lr "
+                                  "falls linearly from d_lr to d_lr_end")
+    latent_dim: int = Field(default=100, gt=0, description="generator latent size (z ~ U(-1, 1))")
+    hidden: int = Field(default=128, gt=0, description="hidden width of the generator and the discriminator")

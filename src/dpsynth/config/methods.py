@@ -20,6 +20,7 @@ from typing import Any
 
 from dpsynth.config.base import KeyedValueError
 from dpsynth.config.hparams import (
+    DPCGANHparams,
     DPMERFHparams,
     DPSinkhornHparams,
     EntropicWGANHparams,
@@ -78,6 +79,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True),
     MethodSpec(name="dp_merf", title="DP-MERF", hparams=DPMERFHparams, trainer="dpsynth.methods.dp_merf:train",
                releases_once=True, epsilon_conventions=("analytic_gaussian",)),
+    MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,
+               trainer="dpsynth.methods.dp_cgan:train"),
 )}
 
 

@@ -34,6 +34,7 @@ from dpsynth.privacy.accounting import gaussian_epsilon_exact
 from dpsynth.privacy.sanitizers import (
     MeanEmbeddingSanitizer,
     ParamGradSanitizer,
+    PerExampleGradSanitizer,
     PerSampleSanitizer,
     WholeBatchSanitizer,
 )
@@ -189,6 +190,24 @@ def audit_mean_embedding(
                          trials=trials, delta=delta, confidence=confidence, direction=direction)
 
 
+def audit_per_example_grad(
+    sigma: float, clip: float = 1.0, batch_size: int = 4, dim: int = 8, *,
+    trials: int = 20000, delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
+    claimed_sigma: float | None = None,
+) -> AuditResult:
+    """DP-SGD barrier (DP-CGAN's discriminator): add/remove one record -- its per-example gradient
+    present (far outside the clip ball) vs absent (its row zeroed, which adds exactly nothing to the
+    clipped sum); the others are the same on both sides. Claimed mu = 1/sigma (sensitivity C, noise
+    C sigma, both divided by the same public expected batch size)."""
+    san = PerExampleGradSanitizer(clip, sigma, float(batch_size), torch.Generator().manual_seed(seed + 1))
+    g0, _ = _opposite_pair((batch_size, dim), seed)
+    g1 = g0.clone()
+    g1[0] = 0.0  # the neighbour without record 0
+    mu = 1.0 / (claimed_sigma or sigma)
+    return audit_release("per_example_grad", san.release_batch, g0, g1, mu, trials=trials, delta=delta,
+                         confidence=confidence, direction=g0[0])
+
+
 #: The audit of each sanitizer class; a training path may only build a class listed here
 #: (tests/test_privacy_audit.py checks every path's barrier against this table).
 AUDITS: dict[type, Callable[..., AuditResult]] = {
@@ -196,4 +215,5 @@ AUDITS: dict[type, Callable[..., AuditResult]] = {
     PerSampleSanitizer: audit_per_sample,
     ParamGradSanitizer: audit_param_grad,
     MeanEmbeddingSanitizer: audit_mean_embedding,
+    PerExampleGradSanitizer: audit_per_example_grad,
 }

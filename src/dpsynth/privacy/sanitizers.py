@@ -11,6 +11,9 @@ The building blocks, one per privacy barrier of the methods:
   (one global norm over all parameters) clipped to ``C`` plus ``2 C sigma`` noise.
 - :class:`MeanEmbeddingSanitizer` (DP-MERF): each record's feature row clipped to norm 1,
   the label-conditional mean released once with ``N(0, (2 sigma / n)^2)`` noise.
+- :class:`PerExampleGradSanitizer` (DP-CGAN's discriminator, DP-SGD): each real record's
+  parameter gradient clipped to ``C``, the sum noised with ``N(0, (C sigma)^2)``, divided by
+  the expected Poisson batch size.
 
 The math lives in ``release_batch`` which takes a leading *trials* axis, so the
 Monte-Carlo audit (``privacy/audit.py``) runs the very same code vectorised; the autograd
@@ -458,3 +461,78 @@ class MeanEmbeddingSanitizer:
         sums, norms = self._class_sums(features, labels)
         self.max_clean_norm = float(norms.max())
         return self._noised_mean(sums).float()
+
+
+class PerExampleGradSanitizer:
+    """DP-SGD barrier (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016,
+    arXiv:1607.00133), as DP-CGAN's discriminator uses it (Torkzadehmahani, Kairouz, Paten, CVPR
+    Workshops 2019, arXiv:2001.09700): each private record's parameter gradient clipped to ``C``, the
+    clipped rows summed, ``N(0, (C sigma)^2)`` added per coordinate, the result divided by the
+    EXPECTED batch size ``B = q N`` (a public constant, never the realised Poisson count, which is
+    private).
+
+    Neighbours add or remove one record (Poisson sampling at rate q): the sum changes by one clipped
+    row, L2 sensitivity ``C``, so one release is a Gaussian mechanism of multiplier ``sigma`` and a run
+    is the Poisson-subsampled Gaussian the accountant charges. Dividing by the public ``B`` is
+    post-processing. :meth:`release` takes the (k, P) per-example gradients of one step (k may be 0:
+    an empty Poisson sample still releases the noise); ``release_batch`` is the same math with a
+    leading trials axis, for the Monte-Carlo audit. :meth:`clip_mean` is NOT a privacy barrier: it
+    clips the per-example gradients of a term that never meets private data (DP-CGAN's fake-sample
+    loss) to the same bound, so the two terms keep the balance the reference gave them.
+    """
+
+    def __init__(self, clip: float, sigma: float, expected_batch: float, generator: torch.Generator) -> None:
+        if not isinstance(generator, torch.Generator):
+            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
+        self.clip = _check_pos("clip bound C", clip)
+        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
+        self.expected_batch = _check_pos("expected batch size", expected_batch)
+        self.generator = generator
+        self.last: ReleaseStats | None = None
+        self.releases = 0
+
+    @property
+    def noise_std(self) -> float:
+        """Std of the noise on the SUM of clipped rows (before the division by the expected batch)."""
+        return self.clip * self.sigma
+
+    def release(self, per_example: torch.Tensor) -> torch.Tensor:
+        """The noisy mean gradient (P,) of one step from its (k, P) per-example gradients."""
+        if per_example.ndim != 2:
+            raise PrivacyError(f"expected per-example gradients (k, P), got shape {tuple(per_example.shape)}")
+        out = self.release_batch(per_example[None])[0]
+        self.releases += 1
+        return out
+
+    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
+        """Sanitize per-example gradients of shape (trials, k, P); returns (trials, P).
+
+        The finiteness check reads the rows' float64 norms, not the (k, P) input: a row's norm is
+        finite exactly when all its entries are (float32 squares cannot overflow float64), and a
+        second pass over a (600 x 100k) tensor would cost as much as the clip itself."""
+        t, b, p = grads.shape
+        clipped, norms = clip_rows(grads.reshape(t * b, p), self.clip)
+        _require_finite(norms, "per-example parameter gradient")
+        total = clipped.reshape(t, b, p).sum(dim=1).to(torch.float64)  # rows of norm <= C: float32 sum
+        noise = _noise(total.shape, self.noise_std, self.generator, total)
+        released = ((total + noise) / self.expected_batch).to(grads.dtype)
+        _require_finite(released, "sanitized mean gradient")
+        norms = norms.reshape(t, b)
+        self.last = ReleaseStats(
+            clean_norm=float(norms[-1].max()) if b else 0.0,  # the largest per-example norm
+            clipped_norm=float(torch.linalg.vector_norm(total[-1])),
+            noise_norm=float(torch.linalg.vector_norm(noise[-1])),
+            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
+            clipped=bool((norms[-1] > self.clip).any()) if b else False,
+        )
+        return released
+
+    def clip_mean(self, public: torch.Tensor) -> torch.Tensor:
+        """Mean of (k, P) per-example gradients of a term free of private data, each clipped to C; no noise.
+
+        No privacy bound rests on this clip (it only balances the two loss terms), so it scales the
+        rows inside one matrix product instead of ``clip_rows``' float64 copy of the whole tensor."""
+        norms = torch.linalg.vector_norm(public, dim=1)
+        _require_finite(norms, "per-example gradient of the public term")
+        scale = (self.clip / norms.clamp_min(1e-30)).clamp(max=1.0)
+        return (scale @ public) / public.shape[0]

@@ -140,7 +140,8 @@ def test_repro_status_experiment_and_cache(repos):
     assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
     # `dvc metrics show`: the headline numbers, a few columns, not the ~130 of metrics.json
     headline = data["metrics"][f"results/runs/{EXP}/headline.json"]["data"]
-    assert set(headline) == {"accuracy", "fid", "epsilon", "lr", "sigma", "steps"} and headline["epsilon"] <= 10
+    assert set(headline) == {"accuracy", "fid", "kid", "fid_inf", "epsilon", "lr", "sigma", "steps"}
+    assert headline["epsilon"] <= 10
     assert f"results/runs/{EXP}/metrics.json" not in data["metrics"]
 
     # The old params.yaml: its results come back from the cache.

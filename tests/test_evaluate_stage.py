@@ -70,6 +70,14 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert headline["accuracy"] == {k: round(v["mean"], 4) for k, v in m["classifiers"].items()}
     assert headline["epsilon"] == round(PRIVACY["epsilon"][PRIVACY["headline"]], 3)
     assert headline["fid"] == (round(fid["mean"], 2) if fid["available"] else None)
+    # KID and FID-infinity from the same features (smoke: 16 vs 16 images, FID_N at 3..16 images)
+    if fid["available"]:
+        assert fid["kid"]["available"] and fid["kid"]["subset_size"] == 16 and fid["kid"]["n_reference"] == 16
+        assert fid["fid_inf"]["available"] and fid["fid_inf"]["n_values"][0] == 3
+        assert fid["fid_inf"]["n_values"][-1] == m["preset"]["fid_samples"] == 16
+        assert headline["kid"] == round(fid["kid"]["mean"], 6) and headline["fid_inf"] == round(fid["fid_inf"]["mean"], 2)
+    else:
+        assert headline["kid"] is None and headline["fid_inf"] is None
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -15,10 +15,11 @@ class CountingExtractor:
     def __init__(self, sha: str = "a" * 64, layer: str = "2048") -> None:
         self.weights_sha256, self.feature_layer, self.calls = sha, layer, 0
 
-    def statistics(self, images: np.ndarray) -> FidStatistics:
+    def statistics(self, images: np.ndarray, *, keep_features: bool = False) -> FidStatistics:
         self.calls += 1
         f = images.reshape(len(images), -1)[:, :2].astype(np.float64)
-        return FidStatistics(f.mean(0), np.cov(f, rowvar=False), len(images), self.weights_sha256, self.feature_layer)
+        return FidStatistics(f.mean(0), np.cov(f, rowvar=False), len(images), self.weights_sha256, self.feature_layer,
+                             f.astype(np.float32) if keep_features else None)
 
 
 def images(n: int, seed: int = 0) -> np.ndarray:
@@ -31,6 +32,16 @@ def test_computed_once_and_reused(tmp_path):
     b = reference_statistics(ex, images(20), tmp_path)
     assert ex.calls == 1 and len(list(tmp_path.glob("*.npz"))) == 1
     assert np.array_equal(a.mu, b.mu) and np.array_equal(a.sigma, b.sigma) and b.n == 20
+    assert b.features is not None and np.array_equal(a.features, b.features)  # KID's reference side
+
+
+def test_a_cache_file_from_before_kid_is_recomputed_with_features(tmp_path):
+    ex = CountingExtractor()
+    st = reference_statistics(ex, images(20), tmp_path)
+    (path,) = tmp_path.glob("*.npz")
+    FidStatistics(st.mu, st.sigma, st.n, st.weights_sha256, st.feature_layer).save(path)  # no features
+    again = reference_statistics(ex, images(20), tmp_path)
+    assert ex.calls == 2 and again.features is not None and FidStatistics.load(path).features.shape == (20, 2)
 
 
 def test_other_images_count_or_weights_are_not_served_stale(tmp_path):

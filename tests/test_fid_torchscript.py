@@ -160,9 +160,16 @@ def test_metrics_records_name_the_extractor_and_counts(
     syn = fid_scores([_images(10, seed=7)], real, n_samples=8, **kw)
     assert syn["available"] and syn["n"] == 1 and syn["n_synthetic"] == 8 and syn["n_reference"] == 8
     assert syn["extractor"] == fhw.LABEL and syn["feature_extractor"] == REGISTRY_NAME
+    # KID and FID-infinity from the same features and reference: 8 vs 8, so one KID subset of 8
+    kid, inf = syn["kid"], syn["fid_inf"]
+    assert kid["available"] and kid["subset_size"] == 8 and kid["subsets"] == 1 and kid["n_reference"] == 8
+    assert inf["available"] and inf["n_values"] == [2, 3, 4, 5, 6, 7, 8] and inf["n_reference"] == 8
+    assert np.isfinite(kid["mean"]) and np.isfinite(inf["mean"]) and inf["fid_values"][0][-1] == pytest.approx(
+        syn["mean"], rel=1e-6)  # FID_N at N = n is the FID column's number
     row = real_data_fid(real, n_samples=8, **kw)
     assert row["available"] and row["compared_split"] == "train" and row["reference_split"] == "test"
     assert row["n_synthetic"] == 8 and row["mean"] > 0 and row["extractor"] == fhw.LABEL
+    assert row["kid"]["available"] and row["fid_inf"]["available"]
     points = Dataset("m", np.zeros((4, 2), np.float32), np.zeros(4, np.int64), np.zeros((4, 2), np.float32),
                      np.zeros(4, np.int64), 1)
     assert real_data_fid(points, n_samples=4, **kw)["reason"] == "not an image dataset"

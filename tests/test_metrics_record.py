@@ -79,3 +79,32 @@ def test_a_real_data_row_has_no_privacy_report() -> None:
     assert MetricsRecord.from_dict(d, experiment="real_mnist", real=True).is_real_data
     with pytest.raises(MetricsError, match="must be null for a real-data row"):
         MetricsRecord.from_dict({**d, "privacy": PRIVACY}, real=True)
+
+
+SMALL_N = {"kid": {"available": True, "mean": 0.0123456789, "std": 0.0, "n": 1, "values": [0.0123456789]},
+           "fid_inf": {"available": True, "mean": 25.326, "std": 0.0, "n": 1, "values": [25.326]}}
+FID_OK = {"available": True, "mean": 31.684, "std": 0.0, "n": 1, "values": [31.684]}
+
+
+def test_kid_and_fid_infinity_sit_inside_fid_and_in_the_headline() -> None:
+    rec = MetricsRecord.from_dict(_synthetic(fid={**FID_OK, **SMALL_N}).to_dict())
+    assert rec.headline()["fid"] == 31.68 and rec.headline()["kid"] == 0.012346 and rec.headline()["fid_inf"] == 25.33
+    # a record written before KID and FID-infinity existed still reads; its headline says None for them
+    old = MetricsRecord.from_dict(_synthetic(fid=FID_OK).to_dict())
+    assert old.headline()["kid"] is None and old.headline()["fid_inf"] is None
+    # too small a set for FID-infinity: unavailable with a reason, never a number
+    part = {**FID_OK, **SMALL_N, "fid_inf": {"available": False, "reason": "too few"}}
+    assert MetricsRecord.from_dict(_synthetic(fid=part).to_dict()).headline()["fid_inf"] is None
+    assert _synthetic().headline()["kid"] is None  # FID unavailable: so are both
+
+
+@pytest.mark.parametrize("sub, key, why", [
+    ({"kid": 0.01}, "fid.kid", "must be a mapping with 'available'"),
+    ({"fid_inf": {"available": True, "mean": float("nan")}}, "fid.fid_inf", "says available but"),
+    ({"kid": {"mean": 0.01, "std": 0.0}}, "fid.kid", "must be a mapping with 'available'"),
+])
+def test_a_malformed_kid_or_fid_infinity_is_refused_by_key(sub: dict, key: str, why: str) -> None:
+    d = _synthetic(fid={**FID_OK, **SMALL_N, **sub}).to_dict()
+    with pytest.raises(MetricsError, match=why) as info:
+        MetricsRecord.from_dict(d)
+    assert info.value.key == key

@@ -315,6 +315,53 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     assert row(fm, "Method", "DP-Sinkhorn")["FID ours"] == "not run"
 
 
+def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Path) -> None:
+    """Ours only (no paper reports them), right after FID; an older record without them reads
+    "not evaluated", an unavailable FID makes them unavailable too, and the notes give the protocol."""
+    n_values = [50, 64, 79, 93, 107, 121, 136, 150, 164, 179, 193, 207, 221, 236, 250]
+    small = {"kid": {"available": True, "mean": 0.0123, "std": 0.0004, "n": 5, "values": [], "subset_size": 250,
+                     "subsets": 1, "n_reference": 250},
+             "fid_inf": {"available": True, "mean": 85.04, "std": 1.0, "n": 5, "values": [], "n_values": n_values,
+                         "n_reference": 250}}
+
+    def add_small_n(name: str, **override: Any) -> None:
+        path = real_metrics_file(tmp_path, "mnist") if name == "real_mnist" else metrics_file(tmp_path, name)
+        m = json.loads(path.read_text())
+        m["fid"].update({**small, **override})
+        path.write_text(json.dumps(m))
+
+    write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY)
+    add_small_n("dps_mnist")
+    write_metrics(tmp_path, "gswgan_mnist", privacy=GS_PRIVACY)  # written before KID and FID-infinity
+    write_metrics(tmp_path, "sinkhorn_mnist_nonprivate", privacy=NP_PRIVACY, fid="no Inception weights offline")
+    write_metrics(tmp_path, "real_mnist", fid=(31.7, 0.0))
+    add_small_n("real_mnist", fid_inf={"available": False, "reason": "too few images"})
+    b = build_table("table1_mnist", params, tmp_path)
+    f = b.frame
+    cols = list(f.columns)
+    assert cols[cols.index("FID paper") + 1:cols.index("FID paper") + 3] == ["KID (×10³) ours", "FID∞ ours"]
+    assert not any(c.startswith(("KID", "FID∞")) and c.endswith("paper") for c in cols)
+    dps = row(f, "Method", "DP-Sinkhorn")
+    assert dps["KID (×10³) ours"] == "12.30 ± 0.40" and dps["FID∞ ours"] == "85.0 ± 1.0"
+    gs = row(f, "Method", "GS-WGAN")
+    assert gs["KID (×10³) ours"] == gs["FID∞ ours"] == "not evaluated"
+    npr = row(f, "Method", "Non-private Sinkhorn")
+    assert npr["KID (×10³) ours"] == npr["FID∞ ours"] == "unavailable"
+    assert row(f, "Method", "G-PATE")["FID∞ ours"] == "reported only"
+    assert row(f, "Method", "DP-Sinkhorn (grad theta)")["KID (×10³) ours"] == "not run"
+    real = row(f, "Method", "Real data")
+    assert real["KID (×10³) ours"] == "12.30 ± 0.40" and real["FID∞ ours"] == "unavailable"
+    assert "FID∞ unavailable for Real data (real_mnist): too few images" in b.notes
+    (note,) = [n for n in b.notes if n.startswith("KID and FID∞ ours (dps_mnist):")]
+    assert "same 250 real test images as FID" in note
+    (real_note,) = [n for n in b.notes if n.startswith("KID ours (real_mnist)")]  # its FID∞ is unavailable
+    assert "arXiv:1801.01401" in real_note and "arXiv:1911.07023" not in real_note
+    assert "arXiv:1801.01401" in note and "arXiv:1911.07023" in note and "50 to 250 generated (or real training) images" in note
+    assert "below 2,048 images" in note  # at these counts FID-infinity is still biased: said so
+    # grid tables keep their columns (their figures plot ours against the paper's, metric by metric)
+    assert not any(c.startswith("KID") for c in build_table("pm_grid_mnist", params, tmp_path).frame.columns)
+
+
 def test_missing_runs_print_paper_values_with_not_run(params: Any, tmp_path: Path) -> None:
     built = build_tables(params, tmp_path / "nothing")
     assert set(built) == set(PROPOSED_TABLES)

@@ -203,7 +203,8 @@ class FidStatistics:
 
     Computing the reference (real test split) statistics once and reusing them for every
     synthetic set saves most of the CPU time; the weights hash stops anyone comparing
-    statistics that came from different networks.
+    statistics that came from different networks. ``features`` (n x d), when kept, are what
+    KID needs beyond the mean and covariance (``fidelity``).
     """
 
     mu: np.ndarray
@@ -211,18 +212,21 @@ class FidStatistics:
     n: int
     weights_sha256: str
     feature_layer: str = FEATURE_LAYER
+    features: np.ndarray | None = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
+        extra = {} if self.features is None else {"features": self.features}
         write_npz(
             path, mu=self.mu, sigma=self.sigma, n=np.int64(self.n), weights_sha256=np.str_(self.weights_sha256),
-            feature_layer=np.str_(self.feature_layer),
+            feature_layer=np.str_(self.feature_layer), **extra,
         )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> FidStatistics:
         try:
             with np.load(path, allow_pickle=False) as z:
-                return cls(z["mu"], z["sigma"], int(z["n"]), str(z["weights_sha256"]), str(z["feature_layer"]))
+                return cls(z["mu"], z["sigma"], int(z["n"]), str(z["weights_sha256"]), str(z["feature_layer"]),
+                           z["features"] if "features" in z.files else None)
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"cannot read FID statistics from {str(path)!r}: {exc}") from exc
 
@@ -266,19 +270,29 @@ class InceptionFeatures:
                     self.on_images(len(x))
         return torch.cat(out)
 
-    def statistics(self, images: np.ndarray) -> FidStatistics:
+    def statistics(self, images: np.ndarray, *, keep_features: bool = False) -> FidStatistics:
         from torch_fidelity.metric_fid import fid_features_to_statistics
 
         n = check_images_meta("images", images)[0]
         if n < 2:
             raise DataError(f"FID needs at least 2 images per set, got {n}")
-        st = fid_features_to_statistics(self.features(images))
+        feats = self.features(images)
+        st = fid_features_to_statistics(feats)
         return FidStatistics(
-            mu=st["mu"], sigma=st["sigma"], n=n, weights_sha256=self.weights_sha256, feature_layer=self.feature_layer
+            mu=st["mu"], sigma=st["sigma"], n=n, weights_sha256=self.weights_sha256, feature_layer=self.feature_layer,
+            features=feats.numpy() if keep_features else None,
         )
 
 
-def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
+def psd_sqrt(sigma: np.ndarray) -> np.ndarray:
+    """S^1/2 of a covariance (symmetrised, negative round-off eigenvalues clipped), float64."""
+    s = np.asarray(sigma, np.float64)
+    w, v = np.linalg.eigh((s + s.T) / 2)
+    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+
+
+def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray, *,
+                     factor1: np.ndarray | None = None, factor2: np.ndarray | None = None) -> float:
     """||mu1 - mu2||^2 + tr(S1) + tr(S2) - 2 tr((S1^1/2 S2 S1^1/2)^1/2), in float64.
 
     The same quantity as torch-fidelity's ``fid_statistics_to_metric`` (eigenvalues of
@@ -286,6 +300,12 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     eigendecompositions instead of a general one on a 2048x2048 matrix: ~5x faster on CPU
     (2 s vs 18 s here) and free of the spurious complex parts the general solver produces
     for the rank-deficient covariances of small sets.
+
+    FID-infinity (``fidelity``) compares one reference with 15 subsets per set; factors give the
+    same number cheaper: ``factor1`` = A with S1 = A A^T (``psd_sqrt(S1)``, or centred features /
+    sqrt(n - 1), d x n), likewise ``factor2`` = B. The nonzero eigenvalues of S1 S2 are those of
+    A^T S2 A and the squared singular values of A^T B: with n, N < d features an n x N SVD
+    (milliseconds instead of ~2 s at d = 2048, and no round-off eigenvalues of the null space).
     """
     mu1, mu2 = np.asarray(mu1, np.float64), np.asarray(mu2, np.float64)
     s1, s2 = np.asarray(sigma1, np.float64), np.asarray(sigma2, np.float64)
@@ -293,10 +313,14 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
         raise DataError(
             f"FID statistics have mismatched shapes: mu {mu1.shape} vs {mu2.shape}, sigma {s1.shape} vs {s2.shape}"
         )
-    w1, v1 = np.linalg.eigh((s1 + s1.T) / 2)
-    root1 = (v1 * np.sqrt(np.clip(w1, 0.0, None))) @ v1.T
-    m = root1 @ s2 @ root1
-    tr_covmean = float(np.sum(np.sqrt(np.clip(np.linalg.eigvalsh((m + m.T) / 2), 0.0, None))))
+    if any(f is not None and (np.ndim(f) != 2 or np.shape(f)[0] != mu1.size) for f in (factor1, factor2)):
+        raise DataError(f"FID covariance factors must be (d, k) with d = {mu1.size}")
+    a = psd_sqrt(s1) if factor1 is None else np.asarray(factor1, np.float64)
+    if factor2 is not None:
+        tr_covmean = float(np.sum(np.linalg.svd(a.T @ np.asarray(factor2, np.float64), compute_uv=False)))
+    else:
+        m = a.T @ s2 @ a
+        tr_covmean = float(np.sum(np.sqrt(np.clip(np.linalg.eigvalsh((m + m.T) / 2), 0.0, None))))
     diff = mu1 - mu2
     return float(diff @ diff + np.trace(s1) + np.trace(s2) - 2.0 * tr_covmean)
 

@@ -26,6 +26,9 @@ REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "priva
 HEADLINE_FILE = "headline.json"
 #: Keys of a synthetic-data run only (absent from a real-data row's file); each may be null.
 SYNTHETIC_KEYS = ("w2", "n_synthetic_sets", "n_synthetic", "seconds", "train")
+#: Inside an available ``fid``: KID and FID-infinity (``dpsynth.evaluate.fidelity``), optional so that
+#: records written before them still read.
+FIDELITY_KEYS = ("kid", "fid_inf")
 
 
 def unconditional_methods() -> tuple[str, ...]:
@@ -60,8 +63,11 @@ class MetricsRecord:
     #: classifier kind -> {"mean", "std", "n", "values", "runs"} (accuracy on the real test split);
     #: empty for an unconditional method, which is scored by ``w2``
     classifiers: dict[str, dict[str, Any]]
-    #: {"available": True, "mean", "std", "n", "values", counts, extractor, weights ...} or
-    #: {"available": False, "fid": None, "reason"}: never a number that was not measured
+    #: {"available": True, "mean", "std", "n", "values", counts, extractor, weights, "kid", "fid_inf" ...}
+    #: or {"available": False, "fid": None, "reason"}: never a number that was not measured. "kid" and
+    #: "fid_inf" (``FIDELITY_KEYS``: KID and FID-infinity from the same features and reference, each
+    #: {"available": True, "mean", "std", ...protocol} or {"available": False, "reason"}) are absent
+    #: from records written before they existed; readers show those as not evaluated
     fid: dict[str, Any]
     privacy: dict[str, Any] | None  # the run's privacy report (verified by readers); None for a real-data row
     scale: str
@@ -108,10 +114,14 @@ class MetricsRecord:
     def headline(self) -> dict[str, Any]:
         """The few numbers ``dvc metrics show`` prints per run, readable in a terminal (DVC flattens a
         whole metrics.json into ~130 columns): accuracy per classifier, FID (W2 for an unconditional
-        generator), and for a generator the epsilon it spent and the lr, sigma and steps it trained
-        with. None where a number was not measured (or is infinite: a non-private run's epsilon)."""
+        generator), KID and FID-infinity, and for a generator the epsilon it spent and the lr, sigma
+        and steps it trained with. None where a number was not measured (or is infinite: a
+        non-private run's epsilon)."""
         out: dict[str, Any] = {"accuracy": {k: round(float(v["mean"]), 4) for k, v in self.classifiers.items()},
                                "fid": round(float(self.fid["mean"]), 2) if self.fid.get("available") else None}
+        for key, digits in zip(FIDELITY_KEYS, (6, 2)):
+            sub = self.fid.get(key) if self.fid.get("available") else None
+            out[key] = round(float(sub["mean"]), digits) if isinstance(sub, dict) and sub.get("available") else None
         if self.w2 is not None:
             out["w2"] = round(float(self.w2["mean"]), 4)
         if self.is_real_data:
@@ -130,7 +140,7 @@ class MetricsRecord:
         ``experiment`` (when given) is the name the file must be of, ``dataset`` the dataset it must
         be on; ``real``: the file is a real-data row's, whose ``privacy`` is null (every other run's
         is a mapping). The checks run in this order: required keys, the experiment's name, the three
-        names, the dataset, classifiers, FID, privacy."""
+        names, the dataset, classifiers, FID (then its KID and FID-infinity, where present), privacy."""
         for key in REQUIRED_KEYS:
             if key not in d:
                 raise MetricsError(key, "is missing")
@@ -160,6 +170,14 @@ class MetricsRecord:
             raise MetricsError("fid", f"must be a mapping with 'available' true/false, got {fid!r}")
         if fid["available"] and not (_finite(fid.get("mean")) and _finite(fid.get("std", 0.0))):
             raise MetricsError("fid", f"says available but has no numeric 'mean'/'std': {fid!r}")
+        for key in FIDELITY_KEYS if fid["available"] else ():
+            sub = fid.get(key)
+            if sub is None:  # written before KID and FID-infinity existed
+                continue
+            if not isinstance(sub, dict) or not isinstance(sub.get("available"), bool):
+                raise MetricsError(f"fid.{key}", f"must be a mapping with 'available' true/false, got {sub!r}")
+            if sub["available"] and not (_finite(sub.get("mean")) and _finite(sub.get("std", 0.0))):
+                raise MetricsError(f"fid.{key}", f"says available but has no numeric 'mean'/'std': {sub!r}")
         priv = d["privacy"]
         if real:
             if priv is not None:

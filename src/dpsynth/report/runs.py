@@ -29,6 +29,11 @@ NOT_APPLICABLE = "n/a"
 
 #: Metric id -> column label. Accuracies are printed in percent like the papers.
 METRICS = {"fid": "FID", "logreg": "LogReg (%)", "mlp": "MLP (%)", "cnn": "CNN (%)"}
+#: Ours only, read from inside ``fid`` (``dpsynth.evaluate.fidelity``): KID, printed x 1000 like the
+#: accuracies' percent, and FID-infinity. No paper reports either, so they have no paper column; they
+#: are apart from ``METRICS`` because the figures plot those against the papers'.
+SMALL_N_METRICS = {"kid": "KID (×10³)", "fid_inf": "FID∞"}
+_SCALE = {"kid": (1000.0, 2), "fid_inf": (1.0, 1)}  # printed value = scale x mean, digits
 
 #: Epsilon conventions in the order tables list them; unknown ones follow, sorted.
 CONVENTION_ORDER = ("non_private", "rdp_classic", "rdp_modern", "pld",
@@ -183,16 +188,27 @@ def _stat(rec: Any, where: str) -> tuple[float, float]:
 
 
 def metric_cell(run: Run | None, metric: str) -> str:
-    """FID or a classifier accuracy (percent) of one run, or the reason there is none."""
+    """FID, KID (x 1000), FID-infinity or a classifier accuracy (percent) of one run, or the reason
+    there is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were
+    too small) and "not evaluated" in a record written before they existed."""
     if run is None:
         return NOT_RUN
-    if metric == "fid":
+    if metric == "fid" or metric in SMALL_N_METRICS:
         fid = run.metrics.get("fid")
         if not isinstance(fid, dict):
             return NOT_EVALUATED
         if not fid.get("available"):
             return UNAVAILABLE
-        return fmt_mean_std(*_stat(fid, f"{run.path}: fid"), digits=1)
+        if metric == "fid":
+            return fmt_mean_std(*_stat(fid, f"{run.path}: fid"), digits=1)
+        sub = fid.get(metric)
+        if sub is None:
+            return NOT_EVALUATED
+        if isinstance(sub, dict) and sub.get("available") is False:
+            return UNAVAILABLE
+        mean, std = _stat(sub, f"{run.path}: fid.{metric}")
+        scale, digits = _SCALE[metric]
+        return fmt_mean_std(scale * mean, scale * std, digits=digits)
     rec = (run.metrics.get("classifiers") or {}).get(metric)
     if rec is None:
         return NOT_EVALUATED
@@ -248,8 +264,12 @@ def scale_cell(run: Run | None, expected: str) -> str:
     return run.scale if run.scale == expected else f"{run.scale} (report scale: {expected})"
 
 
-def fid_reason(run: Run | None) -> str | None:
+def fid_reason(run: Run | None, metric: str = "fid") -> str | None:
+    """Why FID (or, with ``metric``, KID or FID-infinity) is unavailable for ``run``; None if it is not."""
     fid = run.metrics.get("fid") if run is not None else None
     if isinstance(fid, dict) and not fid.get("available"):
-        return str(fid.get("reason") or "no reason recorded")
+        return str(fid.get("reason") or "no reason recorded") if metric == "fid" else None
+    sub = fid.get(metric) if isinstance(fid, dict) and metric != "fid" else None
+    if isinstance(sub, dict) and sub.get("available") is False:
+        return str(sub.get("reason") or "no reason recorded")
     return None

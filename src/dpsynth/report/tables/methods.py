@@ -1,6 +1,7 @@
 """``kind: methods`` tables: one row per method of a paper's results table -- the rows
 params.yaml lists, each tied to a paper row or to one of our runs or both, then every
-experiment or sweep cell of the table not listed -- with our cells beside the paper's."""
+experiment or sweep cell of the table not listed -- with our cells beside the paper's, and
+beside FID our KID and FID-infinity (no paper column: the papers report neither)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dpsynth.report.runs import (
     METRICS,
     NOT_REPORTED,
     REPORTED_ONLY,
+    SMALL_N_METRICS,
     RunStore,
     epsilon_cell,
     metric_cell,
@@ -54,8 +56,11 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         for metric, label in METRICS.items():
             rec[f"{label} ours"] = metric_cell(run, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
+            if metric == "fid":  # KID and FID-infinity beside FID; ours only (no paper reports them)
+                for extra, extra_label in SMALL_N_METRICS.items():
+                    rec[f"{extra_label} ours"] = metric_cell(run, extra) if ours_exists else REPORTED_ONLY
         rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED
         records.append(rec)
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      [*_notes(rows_runs, papers), *_ours(table)], runs)
+                      [*_notes(rows_runs, papers, small_n=True), *_ours(table)], runs)

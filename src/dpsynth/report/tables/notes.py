@@ -1,5 +1,6 @@
-"""The notes printed under a table: the paper's own notes, why a FID cell is unavailable, the
-sample counts and network behind our FID cells, what a reduced scale changed, and the
+"""The notes printed under a table: the paper's own notes, why a FID (KID, FID-infinity) cell is
+unavailable, the sample counts and network behind our FID cells (and, in a methods table, the
+protocol of our KID and FID-infinity cells), what a reduced scale changed, and the
 configuration's own notes (params.yaml ``tables.<name>.notes``)."""
 
 from __future__ import annotations
@@ -8,18 +9,27 @@ from typing import Any
 
 from dpsynth.config import Table
 from dpsynth.report.published import PaperTable
-from dpsynth.report.runs import Run, fid_reason
+from dpsynth.report.runs import SMALL_N_METRICS, Run, fid_reason
+
+#: Inception pool features: FID_N is close to linear in 1/N only well above this many images.
+FEATURE_DIM = 2048
 
 
-def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable]) -> list[str]:
+def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable], *,
+           small_n: bool = False) -> list[str]:
+    """``small_n``: the table shows our KID and FID-infinity columns (methods tables)."""
     notes: list[str] = []
     for p in {p.table_id: p for p in papers}.values():
         notes += [f"{p.source}: {n}" for n in p.notes]
+    labels = {"fid": "FID", **SMALL_N_METRICS} if small_n else {"fid": "FID"}
     for label, run in rows_runs:
-        reason = fid_reason(run)
-        if reason:
-            notes.append(f"FID unavailable for {label} ({run.name if run else ''}): {reason}")
+        for metric, name in labels.items():
+            reason = fid_reason(run, metric)
+            if reason:
+                notes.append(f"{name} unavailable for {label} ({run.name if run else ''}): {reason}")
     notes += _fid_protocol_notes([run for _, run in rows_runs])
+    if small_n:
+        notes += _small_n_notes([run for _, run in rows_runs])
     notes += _scale_notes([run for _, run in rows_runs])
     return notes
 
@@ -43,6 +53,46 @@ def _fid_protocol_notes(runs: list[Run | None]) -> list[str]:
         notes.append(f"FID ours ({', '.join(names)}): {n_a} generated (or real training) images vs the first "
                      f"{n_b} of the real test split, {extractor}; FID is biased upward at small N, so these "
                      f"read higher than the papers' (60,000 vs the full test split)")
+    return notes
+
+
+def _small_n_notes(runs: list[Run | None]) -> list[str]:
+    """What our KID and FID-infinity cells are, per protocol (reference size, KID subsets, the N
+    values of FID-infinity's fit), and when FID-infinity is still biased: below ``FEATURE_DIM``
+    images FID_N curves in 1/N, and the reference's own bias is never extrapolated away."""
+    seen: dict[tuple[Any, ...], list[str]] = {}
+    for run in runs:
+        fid = run.metrics.get("fid") if run is not None else None
+        if not (isinstance(fid, dict) and fid.get("available")):
+            continue
+        kid, inf = (fid.get(k) if isinstance(fid.get(k), dict) and fid[k].get("available") else None
+                    for k in SMALL_N_METRICS)
+        if kid is None and inf is None:
+            continue
+        ns = (inf or {}).get("n_values") or [None]
+        n_ref = (kid or inf or {}).get("n_reference", fid.get("n_reference"))
+        key = (n_ref, kid and kid.get("subsets"), kid and kid.get("subset_size"), inf and ns[0], inf and ns[-1],
+               inf and len(ns))
+        seen.setdefault(key, []).append(run.name)
+    notes = []
+    for (n_ref, subsets, size, n_min, n_max, points), names in seen.items():
+        which = " and ".join(name for name, v in (("KID", size), ("FID∞", n_max)) if v is not None)
+        parts = [f"{which} ours ({', '.join(names)}): the same Inception features and the same {n_ref} real test "
+                 "images as FID; no paper reports either"]
+        if size is not None:
+            parts.append("KID (Binkowski et al., \"Demystifying MMD GANs\", ICLR 2018, arXiv:1801.01401): unbiased "
+                         f"MMD² with the cubic polynomial kernel, mean over {subsets} random subset(s) of {size}, "
+                         "printed ×10³; its expectation does not depend on N")
+        if n_max is not None:
+            parts.append("FID∞ (Chong and Forsyth, \"Effectively Unbiased FID and Inception Score and where to find "
+                         f"them\", CVPR 2020, arXiv:1911.07023): FID of random subsets of {n_min} to {n_max} generated "
+                         f"(or real training) images ({points} sizes), fitted as a + b/N by least squares; FID∞ = a")
+            if isinstance(n_ref, int) and min(n_max, n_ref) < FEATURE_DIM:
+                parts.append(f"It removes only the generated side's small-N bias, and below {FEATURE_DIM:,} images "
+                             "(the feature dimension) FID_N still curves in 1/N, so FID∞ at these counts reads "
+                             "above the FID the papers' counts give: compare it with the Real data row's, not the "
+                             "papers' FID")
+        notes.append(". ".join(parts))
     return notes
 
 

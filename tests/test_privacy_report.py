@@ -8,7 +8,7 @@ import pytest
 
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy import accounting as acc
-from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report, gswgan_report
+from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report, gaussian_release_report, gswgan_report
 
 
 def test_dp_sgd_report_round_trip(tmp_path) -> None:
@@ -70,3 +70,15 @@ def test_budget_guard_bad_inputs(kw: dict) -> None:
     args = dict(sigma=1.0, q=0.01, delta=1e-5, target_eps=1.0) | kw
     with pytest.raises(PrivacyError):
         BudgetGuard(**args)
+
+
+def test_within_target_refuses_a_report_over_its_target_and_passes_one_at_it() -> None:
+    """The check a one-release method (DP-MERF) and a fixed-schedule one (DP-CGAN) put on their report."""
+    sigma = 0.6  # near DP-MERF's calibrated 0.5679 at (10, 1e-5): headline epsilon 9.39
+    at = gaussian_release_report(sigma=sigma, dataset_size=60_000, delta=1e-5, bound=1.0, target_epsilon=10.0)
+    assert at.within_target("merf") is at
+    over = gaussian_release_report(sigma=sigma, dataset_size=60_000, delta=1e-5, bound=1.0, target_epsilon=9.0)
+    with pytest.raises(PrivacyError, match=r"merf: 1 step\(s\) spend epsilon 9\.38.* > target 9\.0"):
+        over.within_target("merf")
+    untargeted = gaussian_release_report(sigma=sigma, dataset_size=60_000, delta=1e-5, bound=1.0)
+    assert untargeted.within_target("merf") is untargeted

@@ -95,6 +95,14 @@ def torch_load(path: Path, what: str, remedy: str, *, weights_only: bool = True,
         raise DpsynthError(f"{path}: not a valid {what} ({_load_failure(exc, weights_only)}); {remedy}") from None
 
 
+def release_meta(ctx: TrainContext, output_range: str, **extra: Any) -> dict[str, Any]:
+    """The meta record every released generator carries (what sampling needs to rebuild and batch it,
+    and which run it came from); ``extra`` adds a method's own keys (e.g. GS-WGAN's ``released``)."""
+    return {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.record_shape),
+            "output_range": output_range, "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
+            "seed": ctx.seed, **extra}
+
+
 def save_generator(path: Path, module: torch.nn.Module, arch: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write the released generator: enough to rebuild it with ``dpsynth.nets.build_generator``.
 

@@ -53,7 +53,8 @@ import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from dpsynth.errors import ConfigError, DataError, DpsynthError, PrivacyError
+from dpsynth.errors import ConfigError, DataError, DpsynthError
+from dpsynth.methods.artifacts import release_meta
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
@@ -229,10 +230,7 @@ class DPCGANStepper:
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx
-        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
-                "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
-                "seed": ctx.seed}
-        return Release(self.G.eval(), self.arch, meta, privacy_report(ctx, self.sigma, steps))
+        return Release(self.G.eval(), self.arch, release_meta(ctx, "sigmoid"), privacy_report(ctx, self.sigma, steps))
 
     def close(self) -> None:
         pass
@@ -251,12 +249,9 @@ def privacy_report(ctx: TrainContext, sigma: float | None, steps: int) -> Privac
                              headline="non_private", steps=steps, dataset_size=n, batch_size=h.batch_size,
                              extra=extra, noise=ctx.noise.describe())
     assert plan.delta is not None
-    rep = dp_sgd_report(mechanism="dp_cgan: DP-SGD discriminator (per-example clip C, add/remove-one, Poisson)",
-                        sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps, delta=plan.delta,
-                        sampling="poisson", clip=h.clip, target_epsilon=plan.epsilon, extra=extra)
-    if plan.epsilon is not None and rep.headline_epsilon > plan.epsilon * (1 + 1e-9):
-        raise PrivacyError(f"{ctx.name}: {steps} steps spend epsilon {rep.headline_epsilon} > target {plan.epsilon}")
-    return rep
+    return dp_sgd_report(mechanism="dp_cgan: DP-SGD discriminator (per-example clip C, add/remove-one, Poisson)",
+                         sigma=sigma, batch_size=h.batch_size, dataset_size=n, steps=steps, delta=plan.delta,
+                         sampling="poisson", clip=h.clip, target_epsilon=plan.epsilon, extra=extra).within_target(ctx.name)
 
 
 def generator_arch(ctx: TrainContext) -> dict[str, Any]:

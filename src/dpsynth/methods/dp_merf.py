@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpsynth.errors import ConfigError, DataError, DpsynthError, PrivacyError
+from dpsynth.errors import ConfigError, DataError, DpsynthError
+from dpsynth.methods.artifacts import release_meta
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
@@ -151,9 +152,7 @@ class DPMERFStepper:
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx
-        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
-                "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
-                "seed": ctx.seed}
+        meta = release_meta(ctx, "sigmoid")
         # the loss is a function of the released embedding and the generator only: post-processing
         return Release(self.G.eval(), self.arch, meta, privacy_report(ctx, self.sigma),
                        public_fields=("step", "epsilon", "loss"),
@@ -176,11 +175,8 @@ def privacy_report(ctx: TrainContext, sigma: float) -> PrivacyReport:
         return PrivacyReport(mechanism="none (non-private)", sigma=None, delta=0.0, epsilon={"non_private": math.inf},
                              headline="non_private", steps=1, dataset_size=n, extra=extra, noise=ctx.noise.describe())
     assert plan.delta is not None
-    rep = gaussian_release_report(sigma=sigma, dataset_size=n, delta=plan.delta, bound=1.0,
-                                  target_epsilon=plan.epsilon, extra=extra)
-    if plan.epsilon is not None and rep.headline_epsilon > plan.epsilon * (1 + 1e-9):
-        raise PrivacyError(f"{ctx.name}: the release spends epsilon {rep.headline_epsilon} > target {plan.epsilon}")
-    return rep
+    return gaussian_release_report(sigma=sigma, dataset_size=n, delta=plan.delta, bound=1.0,
+                                   target_epsilon=plan.epsilon, extra=extra).within_target(ctx.name)
 
 
 def generator_arch(ctx: TrainContext) -> dict[str, Any]:

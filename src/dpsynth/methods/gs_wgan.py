@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError, DataError
+from dpsynth.methods.artifacts import release_meta
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.gswgan_critics import (
@@ -235,9 +236,7 @@ class GSWGANStepper:
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx
-        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.x_train.shape[1:]),
-                "output_range": "sigmoid", "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale,
-                "seed": ctx.seed, "released": "ema"}
+        meta = release_meta(ctx, "sigmoid", released="ema")
         return Release(self.G_ema.eval(), self.arch, meta, self.report(steps))
 
     def close(self) -> None:

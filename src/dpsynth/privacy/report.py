@@ -66,6 +66,15 @@ class PrivacyReport:
     def headline_epsilon(self) -> float:
         return self.epsilon[self.headline]
 
+    def within_target(self, who: str) -> PrivacyReport:
+        """This report, or PrivacyError if its headline epsilon exceeds the run's target (a method whose
+        steps are not guarded one by one -- a single release, a schedule fixed in advance -- checks its
+        report here before anything is written)."""
+        if self.target_epsilon is not None and self.headline_epsilon > self.target_epsilon * (1 + 1e-9):
+            raise PrivacyError(f"{who}: {self.steps} step(s) spend epsilon {self.headline_epsilon} "
+                               f"> target {self.target_epsilon}")
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

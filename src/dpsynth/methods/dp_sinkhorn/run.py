@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from dpsynth.methods.artifacts import release_meta
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.dp_sinkhorn.plan import (
@@ -79,9 +80,7 @@ class DPSinkhornStepper:
     def release(self, steps: int) -> Release:
         ctx, h, s = self.ctx, self.ctx.experiment.hparams, self.fast.spec
         G = self.fast.G.eval()
-        meta = {"num_classes": ctx.data.num_classes, "record_shape": list(ctx.data.record_shape),
-                "output_range": "tanh" if ctx.data.is_image else "identity",
-                "sample_batch_size": 500, "experiment": ctx.name, "scale": ctx.scale, "seed": ctx.seed}
+        meta = release_meta(ctx, "tanh" if ctx.data.is_image else "identity")
         report = final_report(ctx, self.sigma, steps, self.q, self.scheme, {
             "experiment": ctx.name, "scale": ctx.scale, "sanitizer": h.sanitizer if self.sigma is not None else "none",
             "p": h.p, "m": h.m, "temperature": h.temperature, "sinkhorn_iters": s.n_iter,

@@ -7,7 +7,6 @@ A generator that emits NaN/Inf fails loudly and nothing is written.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zipfile
 import zlib
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from dpsynth.errors import DataError, DpsynthError
-from dpsynth.io import sha256_file, write_npz  # sha256_file: re-exported for cli.sample
+from dpsynth.io import write_npz  # sha256_file: re-exported for cli.sample
 
 #: Samples are drawn in batches of this size (eval mode: batch norm uses running statistics,
 #: so the batch size does not change the samples' distribution; fixed for reproducibility).

@@ -25,8 +25,8 @@ def run_sample(params: Params, experiment: str, *, source: str = DEFAULT_PARAMS,
     exp = get_experiment(params, experiment, source)  # a typo fails here, before torch is imported
 
     from dpsynth.data.registry import get_spec
-    from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, sha256_file, write_synthetic
-    from dpsynth.io import read_json
+    from dpsynth.evaluate.sampling import generate, privacy_caption, sample_grid, write_synthetic
+    from dpsynth.io import read_json, sha256_file
     from dpsynth.methods.artifacts import load_generator, writing_to
     from dpsynth.methods.context import GENERATOR_FILE, PRIVACY_FILE
 

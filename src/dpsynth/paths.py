@@ -17,13 +17,14 @@ from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "run_dir", "metrics_file", "samples_png", "real_metrics_file",
            "w2_noise_csv", "warmstart_dir", "private_run_dir",
-           "fid_reference_dir"]
+           "fid_reference_dir", "is_classifier_dir"]
 
 RUNS = "runs"
 REAL = "real"
 W2_NOISE = "w2_noise"
 WARMSTART = "warmstart"
 FID_REFERENCE = "fid_reference"
+IS_CLASSIFIER = "is_classifier"
 
 
 def run_dir(results: str | Path, experiment: str) -> Path:
@@ -63,3 +64,10 @@ def fid_reference_dir(private: str | Path) -> Path:
 
     Under the PRIVATE root: they are computed from the real data (a curator's test split may be private)."""
     return Path(private) / FID_REFERENCE
+
+
+def is_classifier_dir(private: str | Path) -> Path:
+    """Cached classifiers of GS-WGAN's Inception Score (one per dataset and setting), shared by evaluate jobs.
+
+    Under the PRIVATE root: each was trained on a real training split."""
+    return Path(private) / IS_CLASSIFIER

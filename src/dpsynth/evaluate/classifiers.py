@@ -302,19 +302,23 @@ def _fit_torch(
 # --------------------------------------------------------------------------- scoring
 
 
-def predict(fitted: FittedClassifier, x: np.ndarray, *, batch_size: int = 1024) -> np.ndarray:
-    """Class predictions (int64) for uint8 images of the shape the classifier was trained on."""
+def predict(fitted: FittedClassifier, x: np.ndarray, *, batch_size: int = 1024,
+            probabilities: bool = False) -> np.ndarray:
+    """Class predictions (int64) for uint8 images of the shape the classifier was trained on; with
+    ``probabilities``, the (N, K) softmax instead (what the classifier Inception Score reads)."""
     xf = to_unit_float(x)
     if isinstance(fitted.model, LogisticRegression):
-        return fitted.model.predict(xf.reshape(len(xf), -1)).astype(np.int64)
+        flat = xf.reshape(len(xf), -1)
+        return fitted.model.predict_proba(flat) if probabilities else fitted.model.predict(flat).astype(np.int64)
     net: nn.Module = fitted.model
     net.eval()
     dev = torch.device(fitted.device)
     out = []
     with torch.no_grad():
         for i in range(0, len(xf), batch_size):
-            out.append(net(torch.from_numpy(xf[i : i + batch_size]).to(dev)).argmax(1).cpu().numpy())
-    return np.concatenate(out).astype(np.int64)
+            logits = net(torch.from_numpy(xf[i : i + batch_size]).to(dev))
+            out.append((logits.double().softmax(1) if probabilities else logits.argmax(1)).cpu().numpy())
+    return np.concatenate(out) if probabilities else np.concatenate(out).astype(np.int64)
 
 
 def score_classifier(fitted: FittedClassifier, x_test: np.ndarray, y_test: np.ndarray) -> float:
@@ -350,9 +354,10 @@ def train_and_score(
     logreg_max_iter: int = 5000,
     num_threads: int | None = None,
     on_batch: Callable[[], None] | None = None,
+    on_fitted: Callable[[FittedClassifier], None] | None = None,
 ) -> dict[str, Any]:
     """Fit on the training split, then score once on the test split; return a JSON-able record.
-    ``on_batch`` is called after every MLP/CNN minibatch (progress).
+    ``on_batch`` is called after every MLP/CNN minibatch (progress), ``on_fitted`` with the model.
 
     The test arrays' shape/dtype are checked before training (so a bad file fails in
     seconds, not after an hour of training) but no element is read until scoring.
@@ -368,6 +373,8 @@ def train_and_score(
         holdout=holdout, batch_size=batch_size, device=device, logreg_max_iter=logreg_max_iter,
         num_threads=num_threads, on_batch=on_batch,
     )
+    if on_fitted is not None:
+        on_fitted(fitted)
     with _torch_threads(num_threads):
         accuracy = score_classifier(fitted, x_test, y_test)
     return {

@@ -11,16 +11,21 @@ from __future__ import annotations
 import hashlib
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpsynth import __version__
 from dpsynth.data.dataset import Dataset, images_to_signed, subset_indices
+from dpsynth.errors import ConfigError
 from dpsynth.evaluate.classifiers import max_batches, train_and_score
 from dpsynth.evaluate.sampling import load_synthetic
 from dpsynth.progress import Progress
+
+if TYPE_CHECKING:
+    from dpsynth.evaluate.gswgan_protocol import GsWganSettings
 
 
 def mean_std(values: list[float]) -> dict[str, Any]:
@@ -34,8 +39,10 @@ def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.
 
 
 def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
-                      max_epochs: int, train_subset: int | None, seed: int = 0) -> dict[str, Any]:
-    """Accuracy on the real test split of each classifier kind, mean/std over the training sets."""
+                      max_epochs: int, train_subset: int | None, seed: int = 0,
+                      on_fitted: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Accuracy on the real test split of each classifier kind, mean/std over the training sets.
+    ``on_fitted`` receives each fitted model (``classifiers.train_and_score``)."""
     out: dict[str, Any] = {}
     for kind in kinds:
         runs = []
@@ -45,7 +52,8 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
             with Progress(max_batches(kind, len(xs), max_epochs), f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
                           bar=False) as bar:
                 runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
-                                            seed=seed + k, max_epochs=max_epochs, on_batch=bar.update))
+                                            seed=seed + k, max_epochs=max_epochs, on_batch=bar.update,
+                                            on_fitted=on_fitted))
                 bar.set(accuracy=runs[-1]["accuracy"], epochs=runs[-1]["epochs_run"])
         out[kind] = {**mean_std([r["accuracy"] for r in runs]), "runs": runs}
     return out
@@ -126,15 +134,65 @@ def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int) -> dict[s
     return out
 
 
+def _head(st: Any, n: int) -> Any:
+    """The ``FidStatistics`` of the first ``n`` images of a set whose statistics ``st`` kept the features."""
+    if st.n <= n:
+        return st
+    import torch
+    from torch_fidelity.metric_fid import fid_features_to_statistics
+
+    from dpsynth.evaluate.fid import FidStatistics
+
+    feats = st.features[:n]
+    head = fid_features_to_statistics(torch.from_numpy(np.ascontiguousarray(feats)))
+    return FidStatistics(mu=head["mu"], sigma=head["sigma"], n=n, weights_sha256=st.weights_sha256,
+                         feature_layer=st.feature_layer, features=feats)
+
+
+def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str, Any]:
+    """GS-WGAN's FID: each set's statistics against the real TRAINING split's (``fid_scores(train_fid=)``).
+
+    Through covariance factors (``fid.frechet_distance``): with fewer images than the 2,048 features
+    (the quick scale) an n x m SVD instead of 2048 x 2048 eigensolves, milliseconds instead of ~5 s
+    per set on one CPU thread; the same number (tests/test_gswgan_protocol.py checks it against
+    ``compute_fid``)."""
+    from dpsynth.evaluate.fid import frechet_distance
+    from dpsynth.evaluate.fidelity import reference_factor
+
+    t0 = time.perf_counter()
+    factor_ref = reference_factor(ref.sigma, ref.features)
+    fids = []
+    for g in generated:
+        if (g.weights_sha256, g.feature_layer) != (ref.weights_sha256, ref.feature_layer):
+            raise ConfigError("FID statistics of the training split come from other Inception weights or layer")
+        fids.append(frechet_distance(g.mu, g.sigma, ref.mu, ref.sigma, factor1=reference_factor(g.sigma, g.features),
+                                     factor2=factor_ref))
+    if not all(np.isfinite(fids)):
+        return {"available": False, "reason": f"FID computation gave a non-finite value ({fids})",
+                "reference_split": "train"}
+    return {"available": True, **mean_std(fids), "reference_split": "train",
+            "n_generated": int(generated[0].n), "n_reference": int(ref.n), "extractor": extractor.extractor,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,
                allow_download: bool, timeout: float, cache_dir: str | Path | None = None,
-               n_reference: int | None = None, seed: int = 0) -> dict[str, Any]:
+               n_reference: int | None = None, seed: int = 0, train_fid: tuple[int, int | None] | None = None,
+               real_row: bool = False) -> dict[str, Any]:
     """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
     Beside it, from the same features and reference, KID and FID-infinity (``small_n_scores``),
     which do not read high merely because N is small.
 
     The network is loaded once and the reference statistics computed once for all sets (and, with
-    ``cache_dir``, once for all jobs: ``reference_statistics``)."""
+    ``cache_dir``, once for all jobs: ``reference_statistics``).
+
+    ``train_fid`` = (n_generated, n_train_reference; None: the whole split) adds, under
+    ``"train_split"``, GS-WGAN's FID: each set's first n_generated images against the first
+    n_train_reference real TRAINING images, from the same features (one Inception pass per set, over
+    the larger of the two counts). ``real_row``: the sets are real training images (the Real data
+    row), whose statistics are cached like a reference -- so the GS-WGAN rows' training reference,
+    the same images at the quick scale, is computed once per dataset -- and the training-split FID
+    compares the real TEST images with them."""
     from dpsynth.evaluate.fid import InceptionFeatures, compute_fid, resolve_weights
 
     path, reason = resolve_weights(weights, allow_download=allow_download, download_timeout_s=timeout)
@@ -143,14 +201,30 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
     extractor = InceptionFeatures(path)
     # the reference side: the first n_reference real test images (None: as many as n_samples)
     ref = real.x_test[:n_samples if n_reference is None else n_reference]
-    with Progress(len(ref) + sum(min(n_samples, len(x)) for x in sets), "fid inception", unit="image",
-                  bar=False) as bar:
+    n_feat = n_samples if train_fid is None or real_row else max(n_samples, train_fid[0])
+    train_ref = None if train_fid is None else real.x_train[:train_fid[1]]
+    # the real row compares its real TEST images with the training split (cached: FID's own reference)
+    real_gen = real.x_test[:train_fid[0]] if train_fid is not None and real_row else None
+    todo = len(ref) + sum(min(n_feat, len(x)) for x in sets) + sum(len(a) for a in (train_ref, real_gen)
+                                                                   if a is not None)
+    with Progress(todo, "fid inception", unit="image", bar=False) as bar:
         extractor.on_images = bar.update
-        ref_stats = reference_statistics(extractor, ref, cache_dir)
-        if bar.n == 0:  # the reference statistics came from the cache
-            bar.total -= len(ref)
-        stats = [extractor.statistics(x[:n_samples], keep_features=True) for x in sets]
+
+        def cached(images: np.ndarray) -> Any:
+            before = bar.n
+            st = reference_statistics(extractor, images, cache_dir)
+            if bar.n == before:  # the statistics came from the cache
+                bar.total -= len(images)
+            return st
+
+        ref_stats = cached(ref)
+        full = [cached(x[:n_samples]) if real_row else extractor.statistics(x[:n_feat], keep_features=True)
+                for x in sets]
+        stats = [_head(st, n_samples) for st in full]
         records = [compute_fid(st, ref_stats, extractor=extractor) for st in stats]
+        if train_ref is not None and train_fid is not None:
+            generated = [cached(real_gen)] if real_gen is not None else [_head(st, train_fid[0]) for st in full]
+            train_split = _train_split_fid(extractor, generated, cached(train_ref))
     if not all(r.get("available") for r in records):
         bad = next(r for r in records if not r.get("available"))
         return {"available": False, "fid": None, "reason": bad.get("reason"), "reference_split": "test"}
@@ -160,20 +234,22 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
             "n_synthetic": int(min(n_samples, len(sets[0]))), "n_reference": int(len(ref)),
             "extractor": extractor.extractor, "feature_extractor": extractor.extractor_name,
             "weights_path": str(path), "weights_sha256": extractor.weights_sha256,
-            **small_n, "kid_fid_inf_seconds": round(time.perf_counter() - t0, 2)}
+            **small_n, "kid_fid_inf_seconds": round(time.perf_counter() - t0, 2),
+            **({} if train_ref is None else {"train_split": train_split})}
 
 
 def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_download: bool,
                   timeout: float, cache_dir: str | Path | None = None, n_reference: int | None = None,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, train_fid: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """The "Real data" row's FID, KID and FID-infinity: the real training split vs the real test
     split, the floor any generator's (same reference, same counts) is read against -- and where a
-    reader sees how far FID-infinity at these counts still is from the papers' FID at 60,000."""
+    reader sees how far FID-infinity at these counts still is from the papers' FID at 60,000.
+    ``train_fid``: also GS-WGAN's real row, the real test split against the training split."""
     if not real.is_image:
         return {"available": False, "fid": None, "reason": "not an image dataset"}
     return {**fid_scores([real.x_train], real, n_samples=n_samples, weights=weights,
                          allow_download=allow_download, timeout=timeout, cache_dir=cache_dir, n_reference=n_reference,
-                         seed=seed),
+                         seed=seed, train_fid=train_fid, real_row=True),
             "compared_split": "train"}
 
 
@@ -195,9 +271,11 @@ def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str,
 def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], max_epochs: int,
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
                        fid_download: bool, fid_timeout: float, conditional: bool = True,
-                       fid_cache: str | Path | None = None, fid_reference: int | None = None) -> dict[str, Any]:
+                       fid_cache: str | Path | None = None, fid_reference: int | None = None,
+                       gswgan: GsWganSettings | None = None) -> dict[str, Any]:
     """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
-    (the local-privacy method); FID whenever the records are images."""
+    (the local-privacy method); FID whenever the records are images. With ``gswgan``, also GS-WGAN's
+    Table 1 protocol (``gswgan_protocol``) for a conditional image generator, as ``protocols``."""
     t0 = time.perf_counter()
     loaded = [load_synthetic(p, expect_shape=real.record_shape, num_classes=real.num_classes) for p in paths]
     reports = [rep for _, _, rep in loaded]
@@ -216,14 +294,24 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
     else:
         clf, w2 = {}, w2_scores([x for x, _ in sets], real)
     t2 = time.perf_counter()
+    protocol = gswgan is not None and conditional and real.is_image
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
                      allow_download=fid_download, timeout=fid_timeout, cache_dir=fid_cache,
-                     n_reference=fid_reference) if real.is_image else \
-        {"available": False, "fid": None, "reason": "not an image dataset"}
+                     n_reference=fid_reference, train_fid=gswgan.train_fid if protocol and gswgan else None) \
+        if real.is_image else {"available": False, "fid": None, "reason": "not an image dataset"}
     t3 = time.perf_counter()
-    return {"classifiers": clf, "w2": w2, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),
-            "n_synthetic": int(len(sets[0][0])),
-            "seconds": {"load": round(t1 - t0, 2), "classifiers": round(t2 - t1, 2), "fid": round(t3 - t2, 2)}}
+    out: dict[str, Any] = {
+        "classifiers": clf, "w2": w2, "fid": fid, "privacy": reports[0], "n_synthetic_sets": len(paths),
+        "n_synthetic": int(len(sets[0][0])),
+        "seconds": {"load": round(t1 - t0, 2), "classifiers": round(t2 - t1, 2), "fid": round(t3 - t2, 2)}}
+    if protocol and gswgan is not None:
+        from dpsynth.evaluate.gswgan_protocol import gswgan_scores
+        from dpsynth.evaluate.record import GS_WGAN
+
+        out["protocols"] = {GS_WGAN: gswgan_scores(sets, [x for x, _ in sets], real, gswgan, cnn=clf.get("cnn"),
+                                                   fid_train=fid.pop("train_split", None))}
+        out["seconds"]["gs_wgan"] = round(time.perf_counter() - t3, 2)
+    return out
 
 
 def environment() -> dict[str, str]:

@@ -31,6 +31,49 @@ SYNTHETIC_KEYS = ("w2", "n_synthetic_sets", "n_synthetic", "seconds", "train")
 FIDELITY_KEYS = ("kid", "fid_inf")
 
 
+#: ``protocols`` key of GS-WGAN's Table 1 protocol (``dpsynth.evaluate.gswgan_protocol``), and the name
+#: its per-set accuracies give the project's CNN beside the zoo's twelve models.
+GS_WGAN = "gs_wgan"
+GSWGAN_CNN = "cnn"
+
+
+def _mean_std(values: list[float]) -> dict[str, Any]:
+    """{"mean", "std" (population), "n", "values"}: ``metrics.mean_std`` without numpy (the report imports this)."""
+    n = len(values)
+    mean = math.fsum(values) / n if n else math.nan
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n) if n else math.nan
+    return {"mean": mean, "std": std, "n": n, "values": list(values)}
+
+
+def average_accuracy(per_set: list[dict[str, float]]) -> dict[str, Any]:
+    """GS-WGAN's "Avg Acc": per synthetic set, the mean accuracy of every model it lists (the zoo's
+    and the CNN); then mean and std over the sets."""
+    return _mean_std([math.fsum(accs.values()) / len(accs) for accs in per_set if accs])
+
+
+def calibrated_accuracy(run: dict[str, Any], real: dict[str, Any]) -> dict[str, Any]:
+    """GS-WGAN's "Calibrated Acc" of a run's ``protocols.gs_wgan`` record against the real-data row's:
+    per synthetic set, the mean over the models both have of (accuracy when trained on the synthetic
+    set) / (accuracy when trained on real data, the real row's mean); then mean and std over the sets.
+    A fraction (the paper prints it in percent); the real row's own is 1.
+
+    The paper says "averaged accuracy ... normalized by the accuracy when trained on real data". We
+    normalise each model by its own real accuracy, then average: the ratio of the two printed Avg Acc
+    values cannot give the printed Calibrated Acc (G-PATE, MNIST: 0.34 / 0.88 is 37.8-39.4 % for any
+    unrounded values, printed 40 %; Fashion-MNIST 0.40 / 0.79 is 49.7-51.6 %, printed 54 %), while the
+    per-model ratio weighs a weak model's loss as its share of what it can reach. Models one record
+    lacks are left out and listed in "missing"."""
+    real_sets = real["accuracy"]["per_set"]
+    real_acc = {m: math.fsum(s[m] for s in real_sets) / len(real_sets) for m in real_sets[0]} if real_sets else {}
+    ours = run["accuracy"]["per_set"]
+    models = [m for m in (ours[0] if ours else {}) if m in real_acc and real_acc[m] > 0]
+    missing = sorted((set(ours[0]) if ours else set()) ^ set(real_acc))
+    if not models:
+        return {**_mean_std([]), "models": [], "missing": missing}
+    values = [math.fsum(s[m] / real_acc[m] for m in models) / len(models) for s in ours]
+    return {**_mean_std(values), "models": models, "missing": missing}
+
+
 def unconditional_methods() -> tuple[str, ...]:
     """Methods whose runs have no classifiers (an unconditional generator): they are scored by W2 instead."""
     from dpsynth.config import METHOD_SPECS
@@ -54,7 +97,8 @@ def _finite(v: Any) -> bool:
 class MetricsRecord:
     """One metrics.json. Written keys: the seven of ``REQUIRED_KEYS``, then -- for a synthetic-data
     run, never for a real-data row -- the five of ``SYNTHETIC_KEYS``, then ``preset`` and ``versions``
-    (files that lack those two, such as hand-made fixtures, read as None and are written without them).
+    (files that lack those two, such as hand-made fixtures, read as None and are written without them),
+    then ``protocols`` where a table asked for a paper's own protocol.
     ``extra`` keeps keys this version does not know, so a read record writes back what it read."""
 
     experiment: str  # the run's name; ``real_{dataset}`` for a real-data row
@@ -80,6 +124,10 @@ class MetricsRecord:
     # every run:
     preset: dict[str, Any] | None = None  # the scale's preset as evaluated
     versions: dict[str, str] | None = None  # dpsynth, torch, sklearn, python
+    #: a paper's own evaluation protocol, computed for the runs of a table that asks for it (``Table.protocol``):
+    #: {"gs_wgan": {"is", "fid_train", "zoo", "accuracy", "sizes", ...}} (``dpsynth.evaluate.gswgan_protocol``);
+    #: None (not written) for every other run
+    protocols: dict[str, dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -101,6 +149,8 @@ class MetricsRecord:
             out["preset"] = self.preset
         if self.versions is not None:
             out["versions"] = self.versions
+        if self.protocols is not None:
+            out["protocols"] = self.protocols
         return {**out, **self.extra}
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -185,6 +235,36 @@ class MetricsRecord:
         elif not isinstance(priv, dict):
             raise MetricsError("privacy", "must be the run's privacy report (a mapping), "
                                           f"got {type(priv).__name__} {priv!r}")
-        optional = (*SYNTHETIC_KEYS, "preset", "versions")
+        protocols = d.get("protocols")
+        if protocols is not None:
+            _check_protocols(protocols)
+        optional = (*SYNTHETIC_KEYS, "preset", "versions", "protocols")
         return cls(**{k: d[k] for k in REQUIRED_KEYS}, **{k: d.get(k) for k in optional},
                    extra={k: v for k, v in d.items() if k not in REQUIRED_KEYS and k not in optional})
+
+
+def _check_protocols(protocols: Any) -> None:
+    """A ``protocols`` mapping a table would misprint is refused by key: GS-WGAN's needs numeric IS and
+    training-split FID where available, and per-set accuracies of the same models in every set."""
+    if not isinstance(protocols, dict):
+        raise MetricsError("protocols", f"must be a mapping of protocol -> record, got {type(protocols).__name__}")
+    gs = protocols.get(GS_WGAN)
+    if gs is None:
+        return
+    if not isinstance(gs, dict):
+        raise MetricsError(f"protocols.{GS_WGAN}", f"must be a mapping, got {type(gs).__name__}")
+    for key in ("is", "fid_train"):
+        sub = gs.get(key)
+        if not isinstance(sub, dict) or not isinstance(sub.get("available"), bool):
+            raise MetricsError(f"protocols.{GS_WGAN}.{key}",
+                               f"must be a mapping with 'available' true/false, got {sub!r}")
+        if sub["available"] and not (_finite(sub.get("mean")) and _finite(sub.get("std", 0.0))):
+            raise MetricsError(f"protocols.{GS_WGAN}.{key}",
+                               f"says available but has no numeric 'mean'/'std': {sub!r}")
+    acc = gs.get("accuracy")
+    per_set = acc.get("per_set") if isinstance(acc, dict) else None
+    if not isinstance(per_set, list) or not per_set or not all(
+            isinstance(s, dict) and s and set(s) == set(per_set[0]) and all(_finite(v) for v in s.values())
+            for s in per_set):
+        raise MetricsError(f"protocols.{GS_WGAN}.accuracy.per_set",
+                           "must list, per synthetic set, a numeric accuracy of the same models")

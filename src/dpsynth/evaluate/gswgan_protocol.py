@@ -1,0 +1,99 @@
+"""GS-WGAN's own evaluation protocol (Chen, Orekondy, Fritz, NeurIPS 2020, arXiv:2006.08265, Table 1),
+computed beside the project's for the runs and real-data rows of a ``protocol: gs_wgan`` table.
+
+Its columns and where each is computed:
+
+- **IS**: the classifier Inception Score (``classifier_is``): a CNN trained on the real training split,
+  10 splits, on the generated images (a real row: the real test split).
+- **FID**: against the real TRAINING split (the authors' ``eval_fid.py``: 20,000 generated images
+  against the whole training split), from the Inception features the project's test-split FID
+  already computed (``metrics.fid_scores(train_fid=...)``): no second Inception pass over a set.
+- **MLP Acc**: the zoo's scikit-learn MLP; **CNN Acc**: the project's CNN (``classifiers``).
+- **Avg Acc**: the mean over the zoo's twelve models and the CNN (``zoo``; ``record.average_accuracy``).
+- **Calibrated Acc**: needs the real-data row, so the report computes it from both records
+  (``record.calibrated_accuracy``).
+
+The record goes into ``metrics.json`` under ``protocols.gs_wgan`` (``record.MetricsRecord``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynth.data.dataset import Dataset
+from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is
+from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy
+from dpsynth.evaluate.zoo import MLP, zoo_scores
+
+SOURCE = ("GS-WGAN (Chen, Orekondy, Fritz, NeurIPS 2020, arXiv:2006.08265) Table 1, as the authors' "
+          "evaluation/ scripts compute it (DingfanChen/GS-WGAN)")
+
+
+@dataclass(frozen=True)
+class GsWganSettings:
+    """One evaluate job's GS-WGAN protocol: the scale's sizes (``config.scales.GsWganEvalSizes``), the IS
+    network's cache, the CPU threads. ``fid_train_reference`` None: the whole training split."""
+
+    zoo_train_subset: int | None
+    is_samples: int | None
+    fid_generated: int
+    fid_train_reference: int | None
+    is_cache: ISClassifierCache
+    threads: int = 1
+
+    @classmethod
+    def from_preset(cls, sizes: Any, real: Dataset, *, cache_dir: str | Path | None, classifier_max_epochs: int,
+                    classifier_train_subset: int | None, threads: int) -> GsWganSettings:
+        """From the scale preset: its ``gs_wgan_eval`` sizes, and the classifier settings the IS network
+        shares with the real-data row's CNN (so that row's fit is the network: ``ISClassifierCache``)."""
+        cache = ISClassifierCache(real, cache_dir, max_epochs=classifier_max_epochs,
+                                  train_subset=classifier_train_subset)
+        ref = sizes.fid_train_reference
+        return cls(sizes.zoo_train_subset, sizes.is_samples, sizes.fid_generated,
+                   None if ref == "all" else int(ref), cache, threads)
+
+    @property
+    def train_fid(self) -> tuple[int, int | None]:
+        """(generated images, real training images) of the training-split FID (``metrics.fid_scores``)."""
+        return self.fid_generated, self.fid_train_reference
+
+    def sizes(self) -> dict[str, Any]:
+        return {"zoo_train_subset": self.zoo_train_subset, "is_samples": self.is_samples,
+                "fid_generated": self.fid_generated, "fid_train_reference": self.fid_train_reference or "all"}
+
+
+def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list[np.ndarray], real: Dataset,
+                  settings: GsWganSettings, *, cnn: dict[str, Any] | None, fid_train: dict[str, Any] | None,
+                  seed: int = 0) -> dict[str, Any]:
+    """The ``protocols.gs_wgan`` record of one run (or real row): the zoo trained on ``train_sets``, the
+    IS of ``is_sets``, the training-split FID computed by ``fid_scores`` (``fid_train``; None: not
+    available), and the per-set accuracies of every model with the CNN's (``cnn``: the project's
+    ``classifiers["cnn"]`` record) and their average."""
+    t0 = time.perf_counter()
+    zoo = zoo_scores(train_sets, real, n_train=settings.zoo_train_subset, seed=seed, threads=settings.threads)
+    t1 = time.perf_counter()
+    inception = classifier_is(is_sets, settings.is_cache, n_images=settings.is_samples, seed=seed)
+    t2 = time.perf_counter()
+    per_set = [dict(accs) for accs in zoo["per_set"]]
+    if cnn is not None:
+        for k, acc in enumerate(cnn["values"]):
+            per_set[k][GSWGAN_CNN] = float(acc)
+    models = list(per_set[0]) if per_set else []
+    return {
+        "source": SOURCE, "sizes": settings.sizes(),
+        "is": inception,
+        "fid_train": fid_train if fid_train is not None else
+        {"available": False, "reason": "no Inception weights (see the fid record's reason)"},
+        "zoo": zoo,
+        "accuracy": {"models": models, "mlp": MLP, "cnn": GSWGAN_CNN if cnn is not None else None,
+                     "per_set": per_set, "avg": average_accuracy(per_set),
+                     "missing": {**zoo["left_out"], **({} if cnn is not None else
+                                                       {GSWGAN_CNN: "cnn is not in evaluation.classifiers"})}},
+        "seconds": {"zoo": round(t1 - t0, 2), "is": round(t2 - t1, 2),
+                    "is_classifier": inception["classifier"]["seconds"]},
+    }

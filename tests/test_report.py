@@ -27,7 +27,7 @@ SEEDS = Path(os.environ.get("DPSYNTH_SEEDS", REPO.parent / "shared" / "seeds"))
 # The plain-text papers the transcription is checked against (not part of the repository; the
 # tests that read them skip without them): published.yaml's paper key -> its file under SEEDS.
 PAPER_TEXTS = {"dps_iclr": "000_4c660e29bf2a2a08.txt", "dps_neurips": "001_a8474adb1a4bd90b.txt",
-               "reshetova": "003_629cd2466f88d74c.txt"}
+               "reshetova": "003_629cd2466f88d74c.txt", "gs_wgan": "004_67fc7ad168baee6f.txt"}
 
 # The `tables:` section proposed for params.yaml (the report's contract with the lead).
 PROPOSED_TABLES = yaml.safe_load(r"""
@@ -214,12 +214,24 @@ def row(frame: pd.DataFrame, col: str, value: str) -> pd.Series:
 # --------------------------------------------------------------------------- published numbers vs the seeds
 
 
-def _seed_rows(text: str, caption: str) -> list[list[str]]:
+def _seed_rows(text: str, caption: str, below: bool = False) -> list[list[str]]:
     """Whitespace tokens of each line of the table whose caption line contains ``caption``
-    (footnote marks removed), up to the next line starting with Table/Figure."""
+    (footnote marks removed), up to the next line starting with Table/Figure. ``below``: the
+    caption follows its table (GS-WGAN's text), whose rows are then the block of non-blank lines
+    right above it."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if caption in line]
     assert len(starts) == 1, f"caption {caption!r} found {len(starts)} times"
+    if below:
+        block = list(reversed(lines[:starts[0]]))
+        while block and not block[0].strip():
+            block.pop(0)
+        body = []
+        for line in block:
+            if not line.strip():
+                break
+            body.append(line)
+        return [re.sub(r"[¹²³]", " ", line).split() for line in reversed(body)]
     out = []
     for line in lines[starts[0] + 1:]:
         if re.match(r"\s*(Table|Figure) \d", line):
@@ -234,12 +246,13 @@ def test_every_published_row_is_a_line_of_its_seed() -> None:
     checked = 0
     for tid, t in tables.items():
         text = (SEEDS / PAPER_TEXTS[t.paper]).read_text(encoding="utf-8")
-        seed_rows = _seed_rows(text, t.caption)
+        seed_rows = _seed_rows(text, t.caption, below=t.caption_below)
         for prow in t.rows.values():
-            expected = prow.left.split() + [prow.values[c] for c in t.columns]
+            # a value may be two printed tokens ("100 %"): the row's tokens are compared, as the file says
+            expected = prow.left.split() + [tok for c in t.columns for tok in prow.values[c].split()]
             assert expected in seed_rows, f"{tid} row {prow.left!r}: {expected} is not a line of {PAPER_TEXTS[t.paper]}"
             checked += 1
-    assert checked == 68  # 9 + 5 + 3 + 3 + 10 + 7 + 19 + 12 rows
+    assert checked == 80  # 9 + 5 + 3 + 3 + 10 + 7 + 19 + 12 rows, GS-WGAN Table 1: 6 + 6
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed texts not found at {SEEDS} (set DPSYNTH_SEEDS)")
@@ -267,6 +280,11 @@ def test_published_file_is_well_formed() -> None:
     assert claims["gs_wgan/mnist"]["epsilon"] == "10" and "GS-WGAN" in claims["gs_wgan/mnist"]["source"]
     assert tables["iclr_t4"].match({"optimizer": "rmsprop", "lr": 1e-5}).values["fid"] == "135.4"
     assert tables["neurips_t4"].match({"p": 0.0, "m": 0.0}).values["logreg"] == "79.3"
+    # GS-WGAN's Table 1: a unit printed apart from its number stays with it ("100 %"), fractions stay as printed
+    gs = tables["gswgan_t1_mnist"]
+    assert gs.caption_below and gs.dataset == "mnist" and gs.columns == ["is", "fid", "mlp", "cnn", "avg", "calibrated"]
+    assert gs.rows["real"].values["calibrated"] == "100 %" and gs.rows["ours"].values["avg"] == "0.60"
+    assert tables["gswgan_t1_fmnist"].rows["real"].values["calibrated"] == "100%"
 
 
 # --------------------------------------------------------------------------- tables from fixture metrics

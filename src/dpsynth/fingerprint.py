@@ -20,13 +20,16 @@ import json
 from typing import Any
 
 from dpsynth.config import Params, ScalePreset, method_spec, resolve_run
+from dpsynth.config.scales import PROTOCOL_SIZES
 
 #: Preset fields each job kind reads (the rest of the preset belongs to other stages).
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
 _EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "fid_samples",
              "fid_reference_samples")
 _W2 = ("w2_noise_steps", "w2_noise_train_subset")
-_NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2}
+#: Read only by the evaluate jobs of a table with that ``protocol:`` (``_protocols``), by no other job.
+_PROTOCOLS = tuple(PROTOCOL_SIZES.values())
+_NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2, *_PROTOCOLS}
 
 STAGES = ("prepare_data", "privatize", "warmstart", "train_sweep", "train", "sample", "evaluate", "evaluate_real",
           "w2_noise", "report")
@@ -47,6 +50,17 @@ def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
 def _pick(preset: ScalePreset, keys: tuple[str, ...]) -> dict[str, Any]:
     dumped = preset.model_dump(mode="json", exclude_defaults=True)
     return {k: dumped.get(k) for k in keys}
+
+
+def _protocols(params: Params, *, experiment: str | None = None, real: str | None = None) -> dict[str, Any]:
+    """``{"protocols": {name: its sizes at this scale}}`` for an evaluate job that computes a paper's own
+    protocol (``Params.evaluation_protocols``); empty for every other job, whose hash it leaves as it was."""
+    names = params.evaluation_protocols(experiment=experiment, real=real)
+    if not names:
+        return {}
+    preset = params.preset
+    return {"protocols": {n: getattr(preset, PROTOCOL_SIZES[n]).model_dump(mode="json", exclude_defaults=True)
+                          for n in names}}
 
 
 def _experiment(params: Params, name: str) -> dict[str, Any]:
@@ -71,7 +85,7 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
         return {**common, **run, "dataset": name, "sweep": sweep, "preset": _pick(params.preset, _W2)}
     if stage == "evaluate_real":
         return {**common, **run, "dataset": name, "evaluation": evaluation,
-                "preset": _pick(params.preset, _EVALUATE)}
+                "preset": _pick(params.preset, _EVALUATE), **_protocols(params, real=name)}
     if stage == "report":
         return {**common, "params": params.model_dump(mode="json", exclude_defaults=True)}
     if stage == "train_sweep":
@@ -92,7 +106,8 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
         return out
     if stage == "sample":
         return {**common, **run, **exp, "preset": _pick(params.preset, _SAMPLE)}
-    return {**common, **run, **exp, "evaluation": evaluation, "preset": _pick(params.preset, _EVALUATE)}
+    return {**common, **run, **exp, "evaluation": evaluation, "preset": _pick(params.preset, _EVALUATE),
+            **_protocols(params, experiment=name)}
 
 
 def fingerprint(params: Params, stage: str, name: str = "") -> str:

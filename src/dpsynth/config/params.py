@@ -273,6 +273,26 @@ class Params(Strict):
             out[name] = Target(dataset=exp.dataset, data=data, warmstart=self.warmstart_for(name))
         return out
 
+    def evaluation_protocols(self, experiment: str | None = None, real: str | None = None) -> list[str]:
+        """The papers' own evaluation protocols (a table's ``protocol:``, e.g. ``gs_wgan``) that the
+        evaluate job of ``experiment`` -- or, with ``real``, the real-data row of that dataset -- computes
+        beside the project's: those of every table that shows it (a row, a listed experiment or a cell
+        of a listed sweep). Only those jobs pay for them, and their fingerprints carry the protocol's
+        sizes (``dpsynth.fingerprint``), so adding a run to such a table re-runs that run's evaluation only."""
+        out: list[str] = []
+        for table in self.tables.values():
+            if table.protocol is None or table.protocol in out:
+                continue
+            if real is not None:
+                shown = any(r.real == real for r in table.rows)
+            else:
+                members = {r.experiment for r in table.rows} | set(table.experiments)
+                members |= {c for s in table.sweeps for c in self.cells_of(s)}
+                shown = experiment in members
+            if shown:
+                out.append(table.protocol)
+        return out
+
     def privatized_targets(self) -> dict[str, str]:
         """The local-DP targets, privatized once before training: experiment -> dataset."""
         return {name: t.dataset for name, t in self.pipeline_targets().items() if t.data.startswith("privatized/")}

@@ -10,6 +10,31 @@ from dpsynth.config.base import KeyedValueError, Strict, validation_errors
 from dpsynth.config.methods import METHOD_SPECS, refuse_foreign_keys
 
 
+class GsWganEvalSizes(Strict):
+    """The sizes of GS-WGAN's own evaluation protocol (Chen, Orekondy, Fritz, NeurIPS 2020,
+    arXiv:2006.08265, Table 1, and the authors' ``evaluation/`` scripts) at one scale. The defaults are
+    the paper's; the quick scale shrinks them (cost), and the table's notes print the sizes used.
+
+    Computed only for the runs and real-data rows of a table with ``protocol: gs_wgan``
+    (``Params.evaluation_protocols``), so the rest of the pipeline pays nothing for it."""
+
+    zoo_train_subset: int | None = Field(
+        default=None, gt=0, description="images of each synthetic set (of the real training split, for a real "
+        "row) that each of the 12 models of the zoo trains on; None: the whole set (the paper: 60,000)")
+    is_samples: int | None = Field(
+        default=None, gt=0, description="generated images (real test images, for a real row) the classifier "
+        "Inception Score scores; None: all of them (the authors' script scores the whole generated set)")
+    fid_generated: int = Field(default=20000, gt=0, description="generated images (real test images, for a real "
+                               "row) compared with the training split (the authors' eval_fid.py: 20,000)")
+    fid_train_reference: Annotated[int, Field(gt=0)] | Literal["all"] = Field(
+        default="all", description="real training images on that FID's reference side: a count (the first "
+        "ones) or 'all' (the authors': the whole training split, 60,000)")
+
+
+#: A table's ``protocol:`` -> the ScalePreset field holding its sizes (what the evaluate jobs of its runs read).
+PROTOCOL_SIZES = {"gs_wgan": "gs_wgan_eval"}
+
+
 def _known_methods(v: dict[str, Any]) -> None:
     for method in v:
         if method not in METHOD_SPECS:
@@ -52,6 +77,8 @@ class ScalePreset(Strict):
                                        "of the W2-vs-noise sweep; None keeps the sweep's own")
     w2_noise_train_subset: int | None = Field(default=None, gt=0, description="clean training records the "
                                               "W2-vs-noise sweep privatizes; None: all")
+    gs_wgan_eval: GsWganEvalSizes = Field(default_factory=GsWganEvalSizes, description="sizes of GS-WGAN's "
+                                          "evaluation protocol, for the runs of a `protocol: gs_wgan` table")
 
     @field_validator("hparams")
     @classmethod

@@ -46,5 +46,16 @@ class Table(Strict):
     dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
                                  "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")
     rows: list[TableRow] = []
+    protocol: Literal["gs_wgan"] | None = Field(
+        default=None, description="the paper's own evaluation protocol, when it is not the project's: gs_wgan "
+        "(GS-WGAN Table 1: classifier IS, FID against the training split, a 12-model zoo, Avg and Calibrated "
+        "Acc). The evaluate jobs of this table's runs and real-data rows compute it (sizes: the scale's "
+        "gs_wgan_eval), and the table shows its columns; a methods table only")
     notes: list[str] = Field(default_factory=list, description="ours about this table (a deviation from the "
                              "papers, the papers disagreeing with each other); printed under the table")
+
+    @model_validator(mode="after")
+    def _protocol_kind(self) -> "Table":
+        if self.protocol is not None and self.kind != "methods":
+            raise ValueError(f"protocol: {self.protocol} is for a methods table, not kind {self.kind}")
+        return self

@@ -46,6 +46,8 @@ class PaperTable:
     epsilon: float | None = None
     dataset: str | None = None
     plot_only: bool = False
+    #: the paper's text prints the caption below the rows (GS-WGAN Table 1), not above them
+    caption_below: bool = False
 
     @property
     def source(self) -> str:
@@ -77,11 +79,18 @@ def _same(printed: str, value: Any) -> bool:
 
 
 def split_row(text: str, where: str) -> tuple[str, list[str]]:
-    """``"label | v1 v2"`` -> (``"label"``, [``"v1"``, ``"v2"``])."""
+    """``"label | v1 v2"`` -> (``"label"``, [``"v1"``, ``"v2"``]). A unit printed apart from its number
+    stays with it, as printed: ``"0.88 100 %"`` -> [``"0.88"``, ``"100 %"``] (GS-WGAN Table 1)."""
     if text.count("|") != 1:
         raise ConfigError(f"{where}: expected 'LEFT | VALUES' with one '|', got {text!r}")
     left, right = (s.strip() for s in text.split("|"))
-    return left, right.split()
+    values: list[str] = []
+    for tok in right.split():
+        if tok == "%" and values:
+            values[-1] += " %"
+        else:
+            values.append(tok)
+    return left, values
 
 
 def _parse_table(tid: str, raw: dict[str, Any], papers: dict[str, str]) -> PaperTable:
@@ -110,7 +119,7 @@ def _parse_table(tid: str, raw: dict[str, Any], papers: dict[str, str]) -> Paper
             raise ConfigError(f"{where}.paper: {raw['paper']!r} is not one of `papers` ({', '.join(sorted(papers))})")
         return PaperTable(tid, raw["paper"], papers[raw["paper"]], raw["table"], raw["caption"], columns, rows, keys,
                           list(raw.get("notes") or []), raw.get("delta"), raw.get("epsilon"),
-                          raw.get("dataset"), bool(raw.get("plot_only", False)))
+                          raw.get("dataset"), bool(raw.get("plot_only", False)), bool(raw.get("caption_below", False)))
     except KeyError as exc:
         raise ConfigError(f"{where}: missing key {exc.args[0]!r}") from None
 

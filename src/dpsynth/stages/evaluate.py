@@ -26,7 +26,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
 
     from dpsynth.data import load_processed
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
-    from dpsynth.evaluate.record import REAL_DATA, MetricsRecord
+    from dpsynth.evaluate.record import GS_WGAN, REAL_DATA, MetricsRecord
     from dpsynth.io import read_json
     from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
 
@@ -34,18 +34,29 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     ev, preset = params.evaluation, params.preset
     processed = Path(params.data.root) / "processed"
     fid_cache = fid_reference_dir(private_out)
+    protocols = params.evaluation_protocols(experiment=experiment, real=real)
     if real:
         data = load_processed(processed / f"{real}.npz")
         train_sets = [(data.x_train, data.y_train)]
+        gswgan = _gswgan_settings(params, data, private_out) if GS_WGAN in protocols and data.is_image else None
+        # the real row's CNN is the very fit GS-WGAN's classifier IS uses: kept rather than trained twice
+        keep = (lambda f: gswgan.is_cache.store(f) if f.kind == "cnn" else None) if gswgan else None
+        classifiers = classifier_scores(train_sets, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
+                                        train_subset=preset.classifier_train_subset, on_fitted=keep)
+        fid = real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights, allow_download=ev.fid_download,
+                            timeout=ev.fid_download_timeout, cache_dir=fid_cache,
+                            n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None)
+        extra = None
+        if gswgan is not None:
+            from dpsynth.evaluate.gswgan_protocol import gswgan_scores
+
+            # the paper's Real row: the zoo trained on real training images, IS of the real test images
+            extra = {GS_WGAN: gswgan_scores(train_sets, [data.x_test], data, gswgan, cnn=classifiers.get("cnn"),
+                                            fid_train=fid.pop("train_split", None))}
         record = MetricsRecord(
-            experiment=f"real_{real}", dataset=real, method=REAL_DATA,
-            classifiers=classifier_scores(train_sets, data, kinds=ev.classifiers,
-                                          max_epochs=preset.classifier_max_epochs,
-                                          train_subset=preset.classifier_train_subset),
-            fid=real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights,
-                              allow_download=ev.fid_download, timeout=ev.fid_download_timeout,
-                              cache_dir=fid_cache, n_reference=fid_reference(preset, data)),
-            privacy=None, scale=params.scale, preset=preset.model_dump(mode="json"), versions=environment())
+            experiment=f"real_{real}", dataset=real, method=REAL_DATA, classifiers=classifiers, fid=fid,
+            privacy=None, scale=params.scale, preset=preset.model_dump(mode="json"), versions=environment(),
+            protocols=extra)
         out = real_metrics_file(results, real)
     else:
         assert exp is not None and experiment is not None
@@ -56,7 +67,9 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                     fid_weights=ev.fid_weights, fid_download=ev.fid_download,
                                     fid_timeout=ev.fid_download_timeout,
                                     conditional=exp.spec.conditional, fid_cache=fid_cache,
-                                    fid_reference=fid_reference(preset, data))
+                                    fid_reference=fid_reference(preset, data),
+                                    gswgan=_gswgan_settings(params, data, private_out) if GS_WGAN in protocols
+                                    else None)
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
@@ -75,7 +88,26 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         if isinstance(sub, dict):
             print(f"{record.experiment}: {name} " + (f"{sub['mean']:.4g}" if sub.get("available") else
                                                      f"unavailable ({sub.get('reason')})"))
+    gs = (record.protocols or {}).get(GS_WGAN)
+    if gs is not None:
+        ft = gs["fid_train"]
+        print(f"{record.experiment}: GS-WGAN protocol: IS {gs['is']['mean']:.2f}, FID vs the training split "
+              + (f"{ft['mean']:.2f}" if ft["available"] else f"unavailable ({ft.get('reason')})")
+              + f", Avg Acc {gs['accuracy']['avg']['mean']:.3f} over {len(gs['accuracy']['models'])} models; "
+              + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
     return 0
+
+
+def _gswgan_settings(params: Params, data: Any, private_out: str) -> Any:
+    """GS-WGAN's protocol at this scale (``GsWganSettings``): its sizes, and the IS network's cache
+    under the private root beside the FID reference statistics (both are computed from the real data)."""
+    from dpsynth.evaluate.gswgan_protocol import GsWganSettings
+    from dpsynth.paths import is_classifier_dir
+
+    preset = params.preset
+    return GsWganSettings.from_preset(preset.gs_wgan_eval, data, cache_dir=is_classifier_dir(private_out),
+                                      classifier_max_epochs=preset.classifier_max_epochs,
+                                      classifier_train_subset=preset.classifier_train_subset, threads=params.threads)
 
 
 def fid_reference(preset: Any, real: Any) -> int:

@@ -1,7 +1,8 @@
 """``kind: methods`` tables: one row per method of a paper's results table -- the rows
 params.yaml lists, each tied to a paper row or to one of our runs or both, then every
 experiment or sweep cell of the table not listed -- with our cells beside the paper's, and
-beside FID our KID and FID-infinity (no paper column: the papers report neither)."""
+beside FID our KID and FID-infinity (no paper column: the papers report neither). A table with
+``protocol: gs_wgan`` has GS-WGAN Table 1's columns instead (``gswgan``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dpsynth.report.runs import (
     scale_cell,
 )
 from dpsynth.report.tables.common import BuiltTable, _members, _paper_eps, _paper_metric, _Row
+from dpsynth.report.tables.gswgan import GSWGAN_METRICS, gswgan_cell, gswgan_notes
 from dpsynth.report.tables.notes import _notes, _ours
 
 
@@ -39,6 +41,10 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     rows += [_Row(e, e) for e in _members(params, table) if e not in listed]
     if not rows:
         raise ConfigError(f"{where}: a methods table needs rows, experiments or sweeps")
+    gswgan = table.protocol == "gs_wgan"
+    # GS-WGAN's Calibrated Acc divides by the table's real-data row (or the dataset's, if it lists none)
+    real_name = next((r.real for r in rows if r.real is not None), dataset)
+    real_run = store.real(real_name) if gswgan and real_name else None
     records, rows_runs, runs = [], [], []
     for row in rows:
         pt, rid = row.paper if row.paper else (None, None)
@@ -52,8 +58,13 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         rec["Scale"] = scale_cell(run, params.scale) if ours_exists else REPORTED_ONLY
         rec["ε ours (every convention)"] = epsilon_cell(run, real=row.real is not None) if ours_exists \
             else REPORTED_ONLY
-        rec["ε paper"] = _paper_eps(pt, rid, dataset) if rid is not None else NOT_REPORTED
-        for metric, label in METRICS.items():
+        # (GS-WGAN's Table 1 prints its epsilon in the caption, which does not cover its Real row)
+        rec["ε paper"] = _paper_eps(pt, rid, dataset) if rid is not None and not (gswgan and row.real) \
+            else NOT_REPORTED
+        for metric, label in GSWGAN_METRICS.items() if gswgan else ():
+            rec[f"{label} ours"] = gswgan_cell(run, real_run, metric) if ours_exists else REPORTED_ONLY
+            rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
+        for metric, label in () if gswgan else METRICS.items():
             rec[f"{label} ours"] = metric_cell(run, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
             if metric == "fid":  # KID and FID-infinity beside FID; ours only (no paper reports them)
@@ -62,5 +73,7 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED
         records.append(rec)
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
-    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      [*_notes(rows_runs, papers, small_n=True), *_ours(table)], runs)
+    notes = [*_notes(rows_runs, papers, fid=False), *gswgan_notes(rows_runs, real_run, real_name)] if gswgan \
+        else _notes(rows_runs, papers, small_n=True)
+    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), [*notes, *_ours(table)],
+                      runs)

@@ -16,18 +16,20 @@ FEATURE_DIM = 2048
 
 
 def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable], *,
-           small_n: bool = False) -> list[str]:
-    """``small_n``: the table shows our KID and FID-infinity columns (methods tables)."""
+           small_n: bool = False, fid: bool = True) -> list[str]:
+    """``small_n``: the table shows our KID and FID-infinity columns (methods tables); ``fid`` False: it
+    shows no FID against the test split (GS-WGAN's protocol table, whose FID has notes of its own)."""
     notes: list[str] = []
     for p in {p.table_id: p for p in papers}.values():
         notes += [f"{p.source}: {n}" for n in p.notes]
-    labels = {"fid": "FID", **SMALL_N_METRICS} if small_n else {"fid": "FID"}
+    labels = {"fid": "FID", **SMALL_N_METRICS} if small_n else {"fid": "FID"} if fid else {}
     for label, run in rows_runs:
         for metric, name in labels.items():
             reason = fid_reason(run, metric)
             if reason:
                 notes.append(f"{name} unavailable for {label} ({run.name if run else ''}): {reason}")
-    notes += _fid_protocol_notes([run for _, run in rows_runs])
+    if fid:
+        notes += _fid_protocol_notes([run for _, run in rows_runs])
     if small_n:
         notes += _small_n_notes([run for _, run in rows_runs])
     notes += _scale_notes([run for _, run in rows_runs])

@@ -27,7 +27,7 @@ def check_complete(built: BuiltTable) -> None:
 
 def to_markdown(built: BuiltTable, scale: str) -> str:
     lines = [f"# {built.title}", "", f"Paper: {built.paper}. Our runs: scale `{scale}` unless the Scale column "
-             f"says otherwise.", "", built.frame.to_markdown(index=False), "", LEGEND]
+             f"says otherwise.", "", built.frame.to_markdown(index=False, disable_numparse=True), "", LEGEND]
     if built.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in built.notes]
     return "\n".join(lines) + "\n"

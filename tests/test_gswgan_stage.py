@@ -1,0 +1,170 @@
+"""GS-WGAN's Table 1 protocol through the evaluate and report stages: only the runs of a ``protocol:
+gs_wgan`` table compute it, the real row's CNN is the IS network, metrics.json carries the record, and the
+table renders the paper's numbers beside ours (Calibrated Acc from the run and the real row).
+
+Real stages on scikit-learn's bundled 28x28 digits at the smoke scale (an untrained generator, so the
+numbers are a wiring check, not a measurement); ~50 s on one CPU thread."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from dpsynth.config import parse_params
+from dpsynth.evaluate.record import GS_WGAN, MetricsRecord, calibrated_accuracy
+from dpsynth.evaluate.zoo import available_models
+from dpsynth.methods.artifacts import save_generator
+from dpsynth.nets import build_generator
+from tests.conftest import REPO, clear_pipeline
+from tests.test_evaluate_stage import ARCH, META, PRIVACY
+
+TABLE = {"title": "GS-WGAN's protocol on digits (test)", "paper": "GS-WGAN (arXiv:2006.08265) Table 1",
+         "published": "gswgan_t1_mnist", "protocol": "gs_wgan",
+         "rows": [{"label": "Real data", "real": "digits28", "paper_row": "real"},
+                  {"label": "G-PATE", "paper_row": "g_pate"},
+                  {"label": "untrained DCGAN", "experiment": "dps_digits", "paper_row": "ours"}]}
+
+
+def _params(tmp: Path, tables: dict[str, Any]) -> dict[str, Any]:
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    clear_pipeline(p).update(scale="smoke", datasets=["digits28"],
+                             pipeline={"experiments": ["dps_digits", "dps_digits_plain"], "sweeps": []})
+    p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["cnn"])
+    for name in ("dps_digits", "dps_digits_plain"):
+        p["experiments"][name] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
+                                  "hparams": {"sanitizer": "none", "max_steps": 1}}
+    p["tables"], p["sweeps"] = tables, {}
+    return p
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """digits28 prepared, two untrained generators sampled, every evaluate job and the report run."""
+    import os
+
+    from dpsynth.stages.data import run_prepare
+    from dpsynth.stages.evaluate import run_evaluate
+    from dpsynth.stages.report import run_report
+    from dpsynth.stages.sample import run_sample
+
+    tmp = tmp_path_factory.mktemp("gswgan")
+    params = parse_params(_params(tmp, {"gswgan_t1_digits": TABLE}), source="test")
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        assert run_prepare(params, ["digits28"]) == 0
+        torch.manual_seed(0)
+        for name in ("dps_digits", "dps_digits_plain"):
+            save_generator(tmp / f"models/{name}/generator.pt", build_generator(ARCH["name"], **ARCH["kwargs"]), ARCH,
+                           META)
+            (tmp / f"models/{name}/privacy.json").write_text(json.dumps(PRIVACY))
+            assert run_sample(params, name) == 0
+        assert run_evaluate(params, real="digits28") == 0
+        assert run_evaluate(params, "dps_digits") == 0
+        assert run_evaluate(params, "dps_digits_plain") == 0
+        assert run_report(params) == 0
+    finally:
+        os.chdir(cwd)
+    read = lambda p: json.loads((tmp / p).read_text())  # noqa: E731
+    return {"dir": tmp, "params": params, "real": read("results/real/digits28/metrics.json"),
+            "run": read("results/runs/dps_digits/metrics.json"),
+            "plain": read("results/runs/dps_digits_plain/metrics.json")}
+
+
+def test_only_the_tables_runs_compute_the_protocol(done: dict[str, Any]) -> None:
+    params = done["params"]
+    assert params.evaluation_protocols(experiment="dps_digits") == [GS_WGAN]
+    assert params.evaluation_protocols(real="digits28") == [GS_WGAN]
+    assert params.evaluation_protocols(experiment="dps_digits_plain") == []
+    assert "protocols" not in done["plain"]  # a run no such table shows pays nothing for it
+    assert GS_WGAN in done["run"]["protocols"] and GS_WGAN in done["real"]["protocols"]
+
+
+def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
+    real, run = done["real"]["protocols"][GS_WGAN], done["run"]["protocols"][GS_WGAN]
+    smoke = done["params"].scales["smoke"].gs_wgan_eval
+    names, _ = available_models()
+    for rec in (real, run):
+        assert rec["accuracy"]["models"] == [*names, "cnn"]  # the zoo's models and the project's CNN
+        assert rec["zoo"]["n_train"] == smoke.zoo_train_subset == 500
+        assert rec["accuracy"]["avg"]["mean"] == pytest.approx(np.mean(list(rec["accuracy"]["per_set"][0].values())))
+        assert rec["is"]["splits"] == 10 and 1.0 <= rec["is"]["mean"] <= 10.0
+        assert rec["fid_train"]["available"] is bool(done["real"]["fid"]["available"])
+    # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it
+    assert real["is"]["classifier"]["cached"] is True and run["is"]["classifier"]["cached"] is True
+    assert real["is"]["classifier"]["key"] == run["is"]["classifier"]["key"]
+    assert real["is"]["n_images"] == min(smoke.is_samples, 360)  # the real row: the real test split
+    assert real["accuracy"]["per_set"][0]["cnn"] == done["real"]["classifiers"]["cnn"]["mean"]
+    # real digits are learnable, an untrained generator's noise is not; calibration: real = 100 %
+    assert real["accuracy"]["avg"]["mean"] > 0.6 and real["is"]["mean"] > run["is"]["mean"]
+    assert calibrated_accuracy(real, real)["mean"] == pytest.approx(1.0, abs=1e-12)
+    assert calibrated_accuracy(run, real)["mean"] < 0.5
+    if real["fid_train"]["available"]:
+        # the real row at n vs n: the training-split FID (test images vs training images, covariance
+        # factors) is its test-split FID (training images vs test images, eigensolves) the other way round
+        assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 16
+        assert real["fid_train"]["mean"] == pytest.approx(done["real"]["fid"]["mean"], rel=1e-6)
+        assert run["fid_train"]["mean"] > real["fid_train"]["mean"]
+    # the format owner reads both back losslessly, and refuses a record a table would misprint
+    for m, name in ((done["run"], "dps_digits"), (done["real"], None)):
+        assert MetricsRecord.from_dict(m, real=name is None).to_dict() == m
+    bad = json.loads(json.dumps(done["run"]))
+    bad["protocols"][GS_WGAN]["accuracy"]["per_set"][0]["mlp"] = float("nan")
+    with pytest.raises(Exception, match="protocols.gs_wgan.accuracy.per_set"):
+        MetricsRecord.from_dict(bad)
+
+
+def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) -> None:
+    text = (done["dir"] / "results/tables/gswgan_t1_digits.md").read_text()
+    csv = (done["dir"] / "results/tables/gswgan_t1_digits.csv").read_text()
+    lines = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in text.splitlines()
+             if ln.startswith("| ") and not ln.startswith("| Method")}
+    header = [c.strip() for c in next(ln for ln in text.splitlines() if ln.startswith("| Method")).split("|")[2:-1]]
+    real, gpate, ours = (dict(zip(header, lines[k])) for k in ("Real data", "G-PATE", "untrained DCGAN"))
+    # the paper's cells exactly as printed ("9.80", "0.60", "100 %": the Markdown keeps them as text)
+    assert (real["IS paper"], real["FID paper"], real["Avg Acc paper"], real["Calibrated Acc (%) paper"]) == \
+        ("9.80", "1.02", "0.88", "100 %")
+    assert (ours["IS paper"], ours["Avg Acc paper"], ours["Calibrated Acc (%) paper"]) == ("9.23", "0.60", "69%")
+    assert gpate["IS ours"] == "reported only" and gpate["FID paper"] == "177.16"
+    # ours beside them, from the records
+    rec, real_rec = done["run"]["protocols"][GS_WGAN], done["real"]["protocols"][GS_WGAN]
+    assert ours["IS ours"] == f"{rec['is']['mean']:.2f} ± {rec['is']['std']:.2f}"
+    assert ours["MLP Acc ours"] == f"{rec['zoo']['models']['mlp']['mean']:.2f} ± 0.00"
+    assert ours["CNN Acc ours"] == f"{done['run']['classifiers']['cnn']['mean']:.2f} ± 0.00"
+    assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} ± 0.00"
+    assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} ± 0.0"
+    assert real["Calibrated Acc (%) ours"] == "100.0 ± 0.0" and real["ε paper"] == "not reported"
+    assert ours["ε paper"] == "10 (δ=1e-05)"
+    # the notes say how ours were computed: sizes, network, models, what differs from the authors
+    assert "500 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
+    assert "LeNet-5" in text and "Calibrated Acc ours: per synthetic set" in text
+    assert "9.80" in csv and "100 %" in csv
+
+
+def test_the_protocols_sizes_reach_exactly_those_jobs_fingerprints() -> None:
+    """Snakemake's fingerprint (and DVC's settings files, the same dictionaries): a size edit re-runs the
+    protocol's evaluate jobs and the report; listing one more run re-runs that run's evaluation only."""
+    from dpsynth.fingerprint import fingerprint
+
+    base = _params(Path("."), {"t": TABLE})
+    jobs = [("evaluate", "dps_digits"), ("evaluate", "dps_digits_plain"), ("evaluate_real", "digits28"),
+            ("train", "dps_digits"), ("sample", "dps_digits"), ("report", "")]
+
+    def changed(edit: Any) -> set[tuple[str, str]]:
+        raw = json.loads(json.dumps(base))
+        edit(raw)
+        a, b = parse_params(base, source="a"), parse_params(raw, source="b")
+        return {j for j in jobs if fingerprint(a, *j) != fingerprint(b, *j)}
+
+    size = changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_train_subset=321))
+    assert size == {("evaluate", "dps_digits"), ("evaluate_real", "digits28"), ("report", "")}
+    listed = changed(lambda p: p["tables"]["t"]["rows"].append({"label": "x", "experiment": "dps_digits_plain"}))
+    assert listed == {("evaluate", "dps_digits_plain"), ("report", "")}
+    other = changed(lambda p: p["scales"]["quick"]["gs_wgan_eval"].update(is_samples=7))
+    assert other == {("report", "")}  # a scale not running

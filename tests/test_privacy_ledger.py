@@ -12,7 +12,7 @@ import pytest
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import NoiseSource
-from dpsynth.privacy.report import dp_sgd_report, gswgan_report
+from dpsynth.privacy.report import dp_sgd_report, gaussian_release_report, gswgan_report
 from dpsynth.report.ledger import build_ledger
 
 
@@ -50,6 +50,27 @@ def test_ledger_composes_every_released_model_of_a_dataset(tmp_path: Path) -> No
     fm = frame[frame["Dataset"] == "fashion_mnist"]
     assert float(fm.iloc[-1]["ε (headline)"]) == pytest.approx(float(fm.iloc[0]["ε (headline)"].split()[0]), abs=0.01)
     assert any("compos" in n for n in notes)
+
+
+def test_ledger_composes_a_single_gaussian_release(tmp_path: Path) -> None:
+    """DP-MERF's report (one release, q = 1, no sampling field) composes as the plain Gaussian: alone, the
+    ledger's total is the run's own epsilon; beside a DP-SGD run, the RDP curves add. (A quick pipeline's
+    report failed on it: 'sampling must be one of ...'.)"""
+    sigma = acc.calibrate_sigma(1.0, 1, 1e-5, 10.0)  # what DP-MERF releases with at (10, 1e-5): ~0.568
+    merf = json.loads(json.dumps(gaussian_release_report(sigma=sigma, dataset_size=60000, delta=1e-5,
+                                                         bound=1.0).to_dict()))
+    assert merf["sampling"] is None
+    _write(tmp_path, "merf", "mnist", merf)
+    _write(tmp_path, "merf_f", "fashion_mnist", merf)
+    _write(tmp_path, "dps", "fashion_mnist", _dps(100_000))
+    frame, _ = build_ledger(tmp_path)
+    mnist = frame[frame["Dataset"] == "mnist"]
+    own = merf["epsilon"]["rdp_classic"]
+    assert float(mnist.iloc[-1]["ε (headline)"]) == pytest.approx(own, abs=0.01) and 9.9 < own <= 10.0
+    a = np.array(acc.CLASSIC_ORDERS)
+    rdp = a / (2 * sigma**2) + acc.one_step_rdp(1.1, 50 / 60000) * 100_000  # Gaussian RDP: alpha / (2 sigma^2)
+    fm = frame[frame["Dataset"] == "fashion_mnist"]
+    assert float(fm.iloc[-1]["ε (headline)"]) == pytest.approx(float(np.min(rdp + math.log(1e5) / (a - 1))), abs=0.01)
 
 
 def test_ledger_is_infinite_with_a_reproducible_run_and_refuses_an_edited_report(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ on the same private data, and releasing several composes. The ledger lists, per 
 evaluated run (``results/runs/*/metrics.json``, the report's own input, each report already
 verified against its mechanism) and the composed guarantee if all of them were published:
 
-* central DP runs (DP-Sinkhorn, GS-WGAN sound): their RDP curves add up order by order (exact
-  composition of Renyi DP), converted once at the ledger's delta (the smallest of the runs');
+* central DP runs (DP-Sinkhorn, GS-WGAN sound, DP-CGAN, DP-MERF's one release): their RDP curves add up
+  order by order (exact composition of Renyi DP), converted once at the ledger's delta (the smallest of
+  the runs');
 * local-DP runs (privatized records): basic composition, epsilon and delta add up;
 * a non-private run, or one with reproducible (replayable) noise, makes the composition infinite.
 
@@ -38,6 +39,9 @@ def _rdp(priv: dict[str, Any]) -> np.ndarray | None:
         return None
     if mech == "gs_wgan":  # the sound accounting: one subsampled Gaussian of sigma/sqrt(B) per step
         sigma, q, sampling = float(priv["sigma"]) / math.sqrt(int(priv["batch_size"])), float(priv["q"]), "poisson"
+    elif mech == "gaussian_release":  # DP-MERF: one Gaussian over every record, no sampling (q = 1, as
+        # accounting.gaussian_release_epsilon computes it: at q = 1 the subsampled Gaussian is the plain one)
+        sigma, q, sampling = float(priv["sigma"]), 1.0, "poisson"
     else:
         sigma, q, sampling = float(priv["sigma"]), float(priv["q"]), str(priv["sampling"])
     return acc.one_step_rdp(sigma, q, sampling) * steps

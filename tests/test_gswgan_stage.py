@@ -138,6 +138,20 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert ours["MLP Acc ours"] == f"{rec['zoo']['models']['mlp']['mean']:.2f} ± 0.00"
     assert ours["CNN Acc ours"] == f"{done['run']['classifiers']['cnn']['mean']:.2f} ± 0.00"
     assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} ± 0.00"
+    # KID and FID-infinity beside the training-split FID: from the same features and training images
+    ft = rec["fid_train"]
+    if ft["available"]:
+        assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
+        assert ft["kid"]["n_reference"] == ft["n_reference"]
+        kid_cell = f"{1000 * ft['kid']['mean']:.2f} ± {1000 * ft['kid']['std']:.2f}" if ft["kid"]["available"] \
+            else "unavailable"
+        assert ours["KID (×10³) ours"] == kid_cell
+        inf_cell = f"{ft['fid_inf']['mean']:.1f} ± {ft['fid_inf']['std']:.1f}" if ft["fid_inf"]["available"] \
+            else "unavailable"
+        assert ours["FID∞ ours"] == inf_cell
+    else:
+        assert ours["KID (×10³) ours"] == ours["FID∞ ours"] == "unavailable"
+    assert gpate["KID (×10³) ours"] == "reported only"
     assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} ± 0.0"
     assert real["Calibrated Acc (%) ours"] == "100.0 ± 0.0" and real["ε paper"] == "not reported"
     assert ours["ε paper"] == "10 (δ=1e-05)"

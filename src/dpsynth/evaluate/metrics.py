@@ -92,7 +92,7 @@ def reference_statistics(extractor: Any, ref: np.ndarray, cache_dir: str | Path 
     return st
 
 
-def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int) -> dict[str, Any]:
+def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: str = "test") -> dict[str, Any]:
     """KID and FID-infinity (``dpsynth.evaluate.fidelity``) of each synthetic set's Inception features
     against the reference (``FidStatistics`` with features): {"kid": ..., "fid_inf": ...}, each
     mean/std over the sets plus the protocol (subset sizes, the N values and fit), or
@@ -111,7 +111,7 @@ def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int) -> dict[s
     from dpsynth.errors import DataError
     from dpsynth.evaluate.fidelity import fid_infinity, kid, reference_factor
 
-    common = {"n_reference": int(ref.n), "reference_split": "test"}
+    common = {"n_reference": int(ref.n), "reference_split": split}
     out: dict[str, Any] = {}
     try:
         kids = [kid(f, ref.features, seed=seed + k) for k, f in enumerate(features)]
@@ -150,7 +150,8 @@ def _head(st: Any, n: int) -> Any:
 
 
 def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str, Any]:
-    """GS-WGAN's FID: each set's statistics against the real TRAINING split's (``fid_scores(train_fid=)``).
+    """GS-WGAN's FID: each set's statistics against the real TRAINING split's (``fid_scores(train_fid=)``),
+    with KID and FID-infinity from the same features against the same reference (``small_n_scores``).
 
     Through covariance factors (``fid.frechet_distance``): with fewer images than the 2,048 features
     (the quick scale) an n x m SVD instead of 2048 x 2048 eigensolves, milliseconds instead of ~5 s
@@ -170,9 +171,11 @@ def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str
     if not all(np.isfinite(fids)):
         return {"available": False, "reason": f"FID computation gave a non-finite value ({fids})",
                 "reference_split": "train"}
+    # KID and FID-infinity beside it, as beside every FID here: same features, same training reference
+    small_n = small_n_scores([g.features for g in generated], ref, seed=0, split="train")
     return {"available": True, **mean_std(fids), "reference_split": "train",
             "n_generated": int(generated[0].n), "n_reference": int(ref.n), "extractor": extractor.extractor,
-            "seconds": round(time.perf_counter() - t0, 2)}
+            **small_n, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,

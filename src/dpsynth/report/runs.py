@@ -187,6 +187,19 @@ def _stat(rec: Any, where: str) -> tuple[float, float]:
     return float(rec["mean"]), float(rec.get("std", 0.0))
 
 
+def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
+    """KID (x 1000) or FID-infinity of an available FID record (``fid`` or GS-WGAN's ``fid_train``):
+    "not evaluated" in a record written before they existed, "unavailable" when the sets were too small."""
+    sub = fid.get(metric)
+    if sub is None:
+        return NOT_EVALUATED
+    if isinstance(sub, dict) and sub.get("available") is False:
+        return UNAVAILABLE
+    mean, std = _stat(sub, f"{where}.{metric}")
+    scale, digits = _SCALE[metric]
+    return fmt_mean_std(scale * mean, scale * std, digits=digits)
+
+
 def metric_cell(run: Run | None, metric: str) -> str:
     """FID, KID (x 1000), FID-infinity or a classifier accuracy (percent) of one run, or the reason
     there is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were
@@ -201,14 +214,7 @@ def metric_cell(run: Run | None, metric: str) -> str:
             return UNAVAILABLE
         if metric == "fid":
             return fmt_mean_std(*_stat(fid, f"{run.path}: fid"), digits=1)
-        sub = fid.get(metric)
-        if sub is None:
-            return NOT_EVALUATED
-        if isinstance(sub, dict) and sub.get("available") is False:
-            return UNAVAILABLE
-        mean, std = _stat(sub, f"{run.path}: fid.{metric}")
-        scale, digits = _SCALE[metric]
-        return fmt_mean_std(scale * mean, scale * std, digits=digits)
+        return small_n_cell(fid, metric, f"{run.path}: fid")
     rec = (run.metrics.get("classifiers") or {}).get(metric)
     if rec is None:
         return NOT_EVALUATED

@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from dpsynth.evaluate.record import GS_WGAN, GSWGAN_CNN, calibrated_accuracy
-from dpsynth.report.runs import NOT_EVALUATED, NOT_RUN, UNAVAILABLE, Run, fmt_mean_std
+from dpsynth.report.runs import (
+    NOT_EVALUATED,
+    NOT_RUN,
+    SMALL_N_METRICS,
+    UNAVAILABLE,
+    Run,
+    fmt_mean_std,
+    small_n_cell,
+)
 
 #: Column id (published.yaml's) -> label. "fid" is against the real TRAINING split here.
 GSWGAN_METRICS = {"is": "IS", "fid": "FID", "mlp": "MLP Acc", "cnn": "CNN Acc", "avg": "Avg Acc",
@@ -33,6 +41,10 @@ def gswgan_cell(run: Run | None, real: Run | None, metric: str) -> str:
     rec = protocol_record(run)
     if rec is None:
         return NOT_EVALUATED
+    if metric in SMALL_N_METRICS:  # KID / FID-infinity against the training split, beside its FID
+        ft = rec["fid_train"]
+        return small_n_cell(ft, metric, f"{run.path}: protocols.gs_wgan.fid_train") if ft.get("available") \
+            else UNAVAILABLE
     if metric in ("is", "fid"):
         sub = rec["is" if metric == "is" else "fid_train"]
         return fmt_mean_std(float(sub["mean"]), float(sub["std"]), 2) if sub.get("available") else UNAVAILABLE
@@ -83,7 +95,9 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
             notes.append(f"FID ours ({', '.join(names)}): {n_gen} generated images (the Real data row: real test "
                          f"images) against the first {n_ref} images of the real TRAINING split, as GS-WGAN's "
                          "eval_fid.py compares them (20,000 against the whole training split, 60,000), with the TF "
-                         "Inception of every FID here; FID is biased upward at small N")
+                         "Inception of every FID here; FID is biased upward at small N. KID (×10³) and FID∞ "
+                         "ours: from the same features against the same training images (no paper column: GS-WGAN "
+                         "reports neither), KID unbiased at any N, FID∞ extrapolating the generated side only")
     for (n_models, n_train, left, devs), names in _group(runs, lambda run, rec: (
             len(rec["accuracy"]["models"]), rec["zoo"].get("n_train"),
             tuple(sorted(rec["accuracy"].get("missing", {}).items())),

@@ -64,6 +64,9 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         for metric, label in GSWGAN_METRICS.items() if gswgan else ():
             rec[f"{label} ours"] = gswgan_cell(run, real_run, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
+            if metric == "fid":  # KID and FID-infinity beside FID here too (ours only)
+                for small, small_label in SMALL_N_METRICS.items():
+                    rec[f"{small_label} ours"] = gswgan_cell(run, real_run, small) if ours_exists else REPORTED_ONLY
         for metric, label in () if gswgan else METRICS.items():
             rec[f"{label} ours"] = metric_cell(run, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)

@@ -136,7 +136,7 @@ def classifier_is(image_sets: list[np.ndarray], cache: ISClassifierCache, *, n_i
     """The classifier IS of each image set (its first ``n_images``, None: all, shuffled with seed + k)
     with the cached network: {"available", "mean", "std", "n", "values" (per set: mean over splits),
     "split_std" (per set), "splits", "n_images", "classifier"}."""
-    from dpsynth.evaluate.metrics import mean_std
+    from dpsynth.evaluate.record import mean_std
 
     fitted, info = cache.get()
     t0 = time.perf_counter()

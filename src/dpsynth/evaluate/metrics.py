@@ -21,16 +21,12 @@ from dpsynth import __version__
 from dpsynth.data.dataset import Dataset, images_to_signed, subset_indices
 from dpsynth.errors import ConfigError
 from dpsynth.evaluate.classifiers import max_batches, train_and_score
+from dpsynth.evaluate.record import mean_std
 from dpsynth.evaluate.sampling import load_synthetic
 from dpsynth.progress import Progress
 
 if TYPE_CHECKING:
     from dpsynth.evaluate.gswgan_protocol import GsWganSettings
-
-
-def mean_std(values: list[float]) -> dict[str, Any]:
-    arr = np.asarray(values, dtype=float)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=0)), "n": int(arr.size), "values": arr.tolist()}
 
 
 def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -37,18 +37,21 @@ GS_WGAN = "gs_wgan"
 GSWGAN_CNN = "cnn"
 
 
-def _mean_std(values: list[float]) -> dict[str, Any]:
-    """{"mean", "std" (population), "n", "values"}: ``metrics.mean_std`` without numpy (the report imports this)."""
-    n = len(values)
-    mean = math.fsum(values) / n if n else math.nan
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n) if n else math.nan
-    return {"mean": mean, "std": std, "n": n, "values": list(values)}
+def mean_std(values: list[float]) -> dict[str, Any]:
+    """{"mean", "std" (population), "n", "values"}: how every metric of a record summarises its
+    synthetic sets (NaN mean and std for no values)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"mean": math.nan, "std": math.nan, "n": 0, "values": []}
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=0)), "n": int(arr.size), "values": arr.tolist()}
 
 
 def average_accuracy(per_set: list[dict[str, float]]) -> dict[str, Any]:
     """GS-WGAN's "Avg Acc": per synthetic set, the mean accuracy of every model it lists (the zoo's
     and the CNN); then mean and std over the sets."""
-    return _mean_std([math.fsum(accs.values()) / len(accs) for accs in per_set if accs])
+    return mean_std([math.fsum(accs.values()) / len(accs) for accs in per_set if accs])
 
 
 def calibrated_accuracy(run: dict[str, Any], real: dict[str, Any]) -> dict[str, Any]:
@@ -69,9 +72,9 @@ def calibrated_accuracy(run: dict[str, Any], real: dict[str, Any]) -> dict[str, 
     models = [m for m in (ours[0] if ours else {}) if m in real_acc and real_acc[m] > 0]
     missing = sorted((set(ours[0]) if ours else set()) ^ set(real_acc))
     if not models:
-        return {**_mean_std([]), "models": [], "missing": missing}
+        return {**mean_std([]), "models": [], "missing": missing}
     values = [math.fsum(s[m] / real_acc[m] for m in models) / len(models) for s in ours]
-    return {**_mean_std(values), "models": models, "missing": missing}
+    return {**mean_std(values), "models": models, "missing": missing}
 
 
 def unconditional_methods() -> tuple[str, ...]:

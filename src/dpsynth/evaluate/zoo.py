@@ -196,7 +196,7 @@ def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *
 
     Returns {"models": {name: {"mean", "std", "n", "values", "runs"}}, "per_set": [{name: accuracy}],
     "n_train", "left_out": {name: why}, "deviations": {name: what}, "seconds"}."""
-    from dpsynth.evaluate.metrics import mean_std
+    from dpsynth.evaluate.record import mean_std
 
     names, left_out = available_models()
     if models is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
 from dpsynth.errors import PrivacyError
@@ -95,11 +94,13 @@ def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
         if cmd == "steps":
             rows[f"as_published.{key}"] = acc.max_steps(
                 args.sigma, q, args.delta, args.epsilon, conversion=conv, sampling="without_replacement") // b
-            rows[f"sound.{key}"] = acc.max_steps(args.sigma / math.sqrt(b), q, args.delta, args.epsilon, conversion=conv)
+            rows[f"sound.{key}"] = acc.gswgan_sound_max_steps(args.sigma, args.shards, b, args.delta, args.epsilon,
+                                                              conversion=conv)
         else:
             rows[f"as_published.{key}"] = acc.calibrate_sigma(
                 q, args.steps * b, args.delta, args.epsilon, conversion=conv, sampling="without_replacement")
-            rows[f"sound.{key}"] = acc.calibrate_sigma(q, args.steps, args.delta, args.epsilon, conversion=conv) * math.sqrt(b)
+            rows[f"sound.{key}"] = acc.gswgan_sound_sigma(args.shards, b, args.steps, args.delta, args.epsilon,
+                                                          conversion=conv)
     return {"method": "gs_wgan", "shards": args.shards, "q": q, "results": rows}
 
 

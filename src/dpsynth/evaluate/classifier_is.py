@@ -94,7 +94,7 @@ class ISClassifierCache:
     def _load(self) -> FittedClassifier | None:
         import torch
 
-        from dpsynth.evaluate.classifiers import _build_net
+        from dpsynth.evaluate.classifiers import build_net
 
         if self.path is None or not self.path.is_file():
             return None
@@ -103,7 +103,7 @@ class ISClassifierCache:
                 if str(z["format"]) != _FORMAT or str(z["key"]) != self.key:
                     return None
                 shape = tuple(int(v) for v in z["shape"])
-                net = _build_net(KIND, shape, int(z["num_classes"]))  # type: ignore[arg-type]
+                net = build_net(KIND, shape, int(z["num_classes"]))  # type: ignore[arg-type]
                 net.load_state_dict({k[2:]: torch.from_numpy(z[k]) for k in z.files if k.startswith("w:")})
                 hold = float(z["holdout_accuracy"])
                 epochs, n_train = int(z["epochs_run"]), int(z["n_train"])

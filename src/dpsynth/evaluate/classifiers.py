@@ -211,7 +211,9 @@ def _fit_logreg(x: np.ndarray, y: np.ndarray, *, num_classes: int, seed: int, ma
     )
 
 
-def _build_net(kind: str, shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_net(kind: str, shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """A fresh (untrained) MLP or CNN for images of ``shape`` (C, H, W); the one constructor fitting
+    and the classifier-IS cache (which reloads a saved state into it) both use."""
     c, h, w = shape
     if kind == "mlp":
         return MLP(c * h * w, num_classes)
@@ -262,7 +264,7 @@ def _fit_torch(
 
     torch.manual_seed(seed)  # weight init and dropout masks
     gen = torch.Generator(device="cpu").manual_seed(seed)  # minibatch order
-    net = _build_net(kind, tuple(x.shape[1:]), num_classes).to(dev)  # type: ignore[arg-type]
+    net = build_net(kind, tuple(x.shape[1:]), num_classes).to(dev)  # type: ignore[arg-type]
     opt = torch.optim.Adam(net.parameters())  # default parameters, as the authors' code
 
     best_loss, best_acc, best_epoch = float("inf"), 0.0, 0

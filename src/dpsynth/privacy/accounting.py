@@ -300,6 +300,17 @@ def _check_gswgan(shards: int, batch_size: int) -> None:
             raise PrivacyError(f"{name} must be a positive integer, got {v!r}")
 
 
+def gswgan_sound_step(sigma: float, shards: int, batch_size: int) -> tuple[float, float]:
+    """One GS-WGAN generator step as the SOUND accounting composes it: ``(noise multiplier, q)``.
+
+    Within a step all ``batch_size`` per-sample releases come from the SAME critic's shard, so
+    their noise adds up: the step is one Gaussian of multiplier ``sigma / sqrt(batch_size)`` over a
+    shard picked with probability ``1 / shards`` (Poisson-style). Every sound GS-WGAN figure --
+    epsilon, calibrated sigma, step budget, budget guard, ledger -- is this step composed."""
+    _check_gswgan(shards, batch_size)
+    return check_sigma(sigma) / math.sqrt(batch_size), 1.0 / shards
+
+
 def gswgan_epsilon(
     sigma: float, shards: int, batch_size: int, steps: int, delta: float, *, pld: bool = False
 ) -> dict[str, dict[str, float]]:
@@ -320,7 +331,7 @@ def gswgan_epsilon(
     return {
         "as_published": epsilon(sigma, q, steps * batch_size, delta, sampling="without_replacement", pld=pld),
         "as_published_poisson": epsilon(sigma, q, steps * batch_size, delta, sampling="poisson", pld=pld),
-        "sound": epsilon(sigma / math.sqrt(batch_size), q, steps, delta, sampling="poisson", pld=pld),
+        "sound": epsilon(*gswgan_sound_step(sigma, shards, batch_size), steps, delta, sampling="poisson", pld=pld),
     }
 
 
@@ -337,8 +348,7 @@ def gswgan_sound_max_steps(
     sigma: float, shards: int, batch_size: int, delta: float, target_eps: float, *, conversion: str = "classic"
 ) -> int:
     """Generator steps that keep the SOUND GS-WGAN epsilon within the target."""
-    _check_gswgan(shards, batch_size)
-    return max_steps(check_sigma(sigma) / math.sqrt(batch_size), 1.0 / shards, delta, target_eps, conversion=conversion)
+    return max_steps(*gswgan_sound_step(sigma, shards, batch_size), delta, target_eps, conversion=conversion)
 
 
 # --------------------------------------------------------------------------- one Gaussian release (DP-MERF)

@@ -7,7 +7,6 @@ what makes "training refuses to run past its target" true, including across resu
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -204,9 +203,7 @@ class BudgetGuard:
         cls, sigma: float, shards: int, batch_size: int, delta: float, target_eps: float, *, steps_spent: int = 0
     ) -> BudgetGuard:
         """Guard on the SOUND GS-WGAN accounting (docs/deviations.md row 8: a target uses the sound one)."""
-        if batch_size < 1 or shards < 1:
-            raise PrivacyError(f"shards and batch_size must be >= 1, got {shards}, {batch_size}")
-        return cls(acc.check_sigma(sigma) / math.sqrt(batch_size), 1.0 / shards, delta, target_eps, steps_spent=steps_spent)
+        return cls(*acc.gswgan_sound_step(sigma, shards, batch_size), delta, target_eps, steps_spent=steps_spent)
 
     @property
     def remaining(self) -> int:

@@ -51,26 +51,44 @@ def recompute_epsilon(report: dict[str, Any], where: str) -> dict[str, float]:
                     "paper_convention": gaussian_epsilon_eq5(scale, delta, radius)}
         raise PrivacyError(f"{where}: unknown local mechanism {mech!r}")
     sigma = _num(report, "sigma", where)
+    pld = any(k.endswith("pld") for k in listed)
+    unit_sigma, q, sampling, steps = composition_unit(report, where)
+    if mech == "gs_wgan":
+        return flatten_epsilon(acc.gswgan_epsilon(sigma, report["shards"], report["batch_size"], steps, delta, pld=pld))
+    if mech == "gaussian_release":  # one release over every record (DP-MERF)
+        return flatten_epsilon(acc.gaussian_release_epsilon(sigma, delta, pld=pld))
+    return flatten_epsilon(acc.epsilon(unit_sigma, q, steps, delta, sampling=sampling, pld=pld))
+
+
+def composition_unit(report: dict[str, Any], where: str) -> tuple[float, float, str, int]:
+    """A central-DP report's sound guarantee as ``(noise multiplier, q, sampling, steps)``: ``steps``
+    compositions of one subsampled Gaussian. What both :func:`recompute_epsilon` and the privacy
+    ledger (which adds runs' RDP curves) account, so they cannot read a mechanism two ways.
+
+    GS-WGAN: one step is a Gaussian of ``sigma / sqrt(batch_size)`` at rate ``1 / shards``
+    (``accounting.gswgan_sound_step``); DP-MERF's single release: the plain Gaussian (q = 1, one
+    step); DP-SGD-style runs: their recorded sigma, q and sampling."""
+    mech = report.get("mechanism")
+    sigma = _num(report, "sigma", where)
     steps = report.get("steps")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise PrivacyError(f"{where}: privacy report field 'steps' must be a non-negative integer, got {steps!r}")
-    pld = any(k.endswith("pld") for k in listed)
     if mech == "gs_wgan":
         shards, batch = report.get("shards"), report.get("batch_size")
         if not isinstance(shards, int) or not isinstance(batch, int):
             raise PrivacyError(f"{where}: a GS-WGAN report needs integer 'shards' and 'batch_size'")
         if not math.isclose(_num(report, "q", where), 1.0 / shards, rel_tol=1e-12):
             raise PrivacyError(f"{where}: q={report['q']} is not 1/shards (shards={shards})")
-        return flatten_epsilon(acc.gswgan_epsilon(sigma, shards, batch, steps, delta, pld=pld))
-    if mech == "gaussian_release":  # one release over every record (DP-MERF)
+        return (*acc.gswgan_sound_step(sigma, shards, batch), "poisson", steps)
+    if mech == "gaussian_release":
         if steps != 1 or _num(report, "q", where) != 1.0:
             raise PrivacyError(f"{where}: a single Gaussian release has steps 1 and q 1, got steps={steps!r}, "
                                f"q={report.get('q')!r}")
-        return flatten_epsilon(acc.gaussian_release_epsilon(sigma, delta, pld=pld))
+        return sigma, 1.0, "poisson", 1
     q, sampling = _num(report, "q", where), report.get("sampling")
     if sampling not in acc.SAMPLINGS:
         raise PrivacyError(f"{where}: privacy report field 'sampling' must be one of {acc.SAMPLINGS}, got {sampling!r}")
-    return flatten_epsilon(acc.epsilon(sigma, q, steps, delta, sampling=str(sampling), pld=pld))
+    return sigma, q, str(sampling), steps
 
 
 def verify_report(report: Any, where: str) -> dict[str, Any]:

@@ -27,23 +27,18 @@ import pandas as pd
 from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
+from dpsynth.privacy.verify import composition_unit
 from dpsynth.report.runs import Run, fmt_number, read_run
 
 LEDGER = "privacy_ledger"
 
 
-def _rdp(priv: dict[str, Any]) -> np.ndarray | None:
+def _rdp(priv: dict[str, Any], where: str) -> np.ndarray | None:
     """The run's total RDP over the classic orders; None for a run that is not central DP."""
-    mech, steps = priv.get("mechanism"), priv.get("steps")
-    if not isinstance(steps, int) or priv.get("sigma") is None or str(mech).startswith(("none", "local_")):
+    mech = priv.get("mechanism")
+    if priv.get("sigma") is None or str(mech).startswith(("none", "local_")):
         return None
-    if mech == "gs_wgan":  # the sound accounting: one subsampled Gaussian of sigma/sqrt(B) per step
-        sigma, q, sampling = float(priv["sigma"]) / math.sqrt(int(priv["batch_size"])), float(priv["q"]), "poisson"
-    elif mech == "gaussian_release":  # DP-MERF: one Gaussian over every record, no sampling (q = 1, as
-        # accounting.gaussian_release_epsilon computes it: at q = 1 the subsampled Gaussian is the plain one)
-        sigma, q, sampling = float(priv["sigma"]), 1.0, "poisson"
-    else:
-        sigma, q, sampling = float(priv["sigma"]), float(priv["q"]), str(priv["sampling"])
+    sigma, q, sampling, steps = composition_unit(priv, where)  # the unit verify_report accounts
     return acc.one_step_rdp(sigma, q, sampling) * steps
 
 
@@ -78,7 +73,7 @@ def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataF
                             "ε (headline)": fmt_number(eps, 2) + (f" ({head})" if head else ""),
                             "δ": f"{float(priv.get('delta') or 0):g}",
                             "Noise": "reproducible - NOT private" if repro else "secret"})
-            rdp = _rdp(priv)
+            rdp = _rdp(priv, str(run.path))
             if repro or math.isinf(eps):
                 infinite.append(run.name)
             elif rdp is not None:

@@ -41,7 +41,7 @@ def fashion_dir() -> Path:
 
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():  # type: ignore[no-untyped-def]
-    """A CLI stage run in-process pins torch's thread count (``apply_threads``); without this a
+    """A CLI stage run in-process pins torch's thread count (``prepare_cpu``); without this a
     later test inherits it (the float32 trainer-vs-fast-step agreement is thread-count sensitive)."""
     import torch
 

@@ -1,5 +1,5 @@
-"""Helpers shared by the stage modules: the experiment a name refers to, torch's thread count, the
-device a ``--device`` value names.
+"""Helpers shared by the stage modules: the experiment a name refers to, how a compute stage sets
+the CPU up (torch's thread count, malloc reusing freed memory), the device a ``--device`` value names.
 
 Importing this module must stay cheap (the CLI imports it to build its parser): torch and
 ``dpsynth.config`` are imported inside the functions that use them.
@@ -7,6 +7,7 @@ Importing this module must stay cheap (the CLI imports it to build its parser): 
 
 from __future__ import annotations
 
+import ctypes
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -35,12 +36,38 @@ def get_experiment(params: Params, name: str, source: str = DEFAULT_PARAMS) -> E
     return experiments[name]
 
 
-def apply_threads(params: Params) -> None:
-    """Pin torch's CPU threads to the configured count: results depend on it, so every runner
-    (Snakemake, DVC, a shell) must use the same number, not whatever the machine offers."""
+def prepare_cpu(params: Params) -> None:
+    """Set a compute stage up the same way under every runner (Snakemake, DVC, SLURM, a shell):
+    torch's CPU threads pinned to the configured count (results depend on it, so not whatever the
+    machine offers), and freed memory kept for reuse (:func:`keep_freed_memory`)."""
     import torch
 
     torch.set_num_threads(params.threads)
+    keep_freed_memory()
+
+
+#: glibc mallopt(3) parameters (malloc.h): M_TRIM_THRESHOLD and M_MMAP_MAX.
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to serve every allocation from its heap and keep freed memory there.
+
+    By default each large tensor (above malloc's mmap threshold, at most 32 MB) is a fresh mmap
+    that the kernel zero-fills page by page and that free() unmaps: a CPU training or evaluation
+    loop re-allocates the same activations every step, so the kernel faulted ~1.3 TB of pages in
+    one quick pipeline (334 M minor faults, 21 % of its CPU time spent in the kernel). With
+    mmap off and trimming at its largest, freed blocks are reused; the numbers computed do not
+    change. Measured on one quick evaluate job (`dpsynth evaluate dps_mnist`, 2-core CPU):
+    140 s -> 103 s, kernel time 29 s -> 4.8 s, 9.5 M -> 0.7 M page faults, identical metrics.
+    Returns False (and changes nothing) where the C library is not glibc (macOS, musl)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 DEVICE_HELP = "auto (a GPU when there is one), cpu, cuda, cuda:N or mps"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment
+from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -30,7 +30,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     from dpsynth.io import read_json
     from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
 
-    apply_threads(params)
+    prepare_cpu(params)
     ev, preset = params.evaluation, params.preset
     processed = Path(params.data.root) / "processed"
     fid_cache = fid_reference_dir(private_out)

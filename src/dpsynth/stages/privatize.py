@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import ConfigError
-from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment
+from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -96,7 +96,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
 
 def run_privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> int:
     """The stage: privatize ``experiment`` with torch's threads pinned, print the report's headline."""
-    apply_threads(params)
+    prepare_cpu(params)
     report = privatize(params, experiment, source)
     keys = ("experiment", "mechanism", "epsilon", "epsilon_paper_convention", "delta", "radius",
             "noise_scale", "num_records", "dim")

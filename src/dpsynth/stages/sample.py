@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from dpsynth.errors import DpsynthError
 from dpsynth.paths import samples_png
-from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment
+from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -30,7 +30,7 @@ def run_sample(params: Params, experiment: str, *, source: str = DEFAULT_PARAMS,
     from dpsynth.methods.artifacts import load_generator, writing_to
     from dpsynth.methods.context import GENERATOR_FILE, PRIVACY_FILE
 
-    apply_threads(params)
+    prepare_cpu(params)
     model_dir = Path(models) / experiment
     privacy_path = model_dir / PRIVACY_FILE
     if not privacy_path.is_file():

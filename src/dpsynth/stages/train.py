@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import DpsynthError, did_you_mean
-from dpsynth.stages.common import DEFAULT_PARAMS, apply_threads, get_experiment, resolve_device
+from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext
@@ -62,7 +62,7 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
         check_writable_dir(out, "--out")
     check_writable_dir(private_out, "--private-out")
     params = load_params(params_file, scale=scale)
-    apply_threads(params)
+    prepare_cpu(params)
     get_experiment(params, experiment, params_file)  # an unknown name: the closest configured ones
     run = resolve_run(params, experiment, seed=seed)
     if run.experiment.local is not None and not run.data.is_file():
@@ -145,7 +145,7 @@ def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None
 
     out, private_out = resolve_output_roots(out, private_out)
     params = load_params(params_file, scale=scale)
-    apply_threads(params)
+    prepare_cpu(params)
     if sweep_name not in params.sweeps:
         raise ConfigError(f"sweeps.{sweep_name}: no such sweep{did_you_mean(sweep_name, params.sweeps)}")
     sweep, cells = params.sweeps[sweep_name], params.cells_of(sweep_name)

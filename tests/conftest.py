@@ -10,6 +10,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two xdist workers on two cores: one OpenMP / BLAS thread each (before torch and
+    # numpy load). More threads oversubscribe the cores: OpenMP threads wait on descheduled peers
+    # (see one_torch_thread). Pipeline stages still set their own torch threads from params.yaml.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -65,6 +72,29 @@ def one_torch_thread():  # type: ignore[no-untyped-def]
     torch.set_num_threads(old)
 
 
+@pytest.fixture(scope="session")
+def digits28_processed(tmp_path_factory) -> Path:
+    """``processed/`` holding digits28.npz + .json, prepared once per test session (per xdist worker):
+    ~25 tests need the bundled digits; each copies them (``with_digits28``) instead of preparing them again."""
+    from dpsynth.data.prepare import Sources, prepare
+
+    root = tmp_path_factory.mktemp("digits28-data")
+    prepare("digits28", Sources(root=root))
+    return root / "processed"
+
+
+def with_digits28(processed: Path, root: Path) -> Path:
+    """Copy the session's prepared digits28 into ``root/processed`` (``root`` is a data root, e.g.
+    ``workdir/data``), as `dpsynth data prepare digits28 --root root` would leave it; returns ``root``."""
+    import shutil
+
+    dest = root / "processed"
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in processed.glob("digits28.*"):
+        shutil.copy2(f, dest / f.name)
+    return root
+
+
 def clear_pipeline(p: dict) -> dict:
     """A raw params mapping with no pipeline targets of any kind (tests then add their own)."""
     p.update(pipeline={"experiments": [], "sweeps": []}, w2_noise={})
@@ -88,3 +118,21 @@ def digits28_smoke_params(experiment: str, steps: int, **top: object) -> dict:
     p["experiments"][experiment] = exp
     p["scales"]["smoke"]["train_steps"] = steps
     return p
+
+
+@pytest.fixture(scope="session")
+def smoke_pipelines(tmp_path_factory, worker_id):  # type: ignore[no-untyped-def]
+    """The smoke pipeline (with GS-WGAN) run once by Snakemake and once by `dvc repro`, for every
+    test that inspects a finished pipeline (tests/pipelines.py). Built once per test session: the
+    xdist workers share one folder, and the first to ask builds it under a lock while the others wait.
+    Read-only: copy a workspace before changing it."""
+    import fcntl
+
+    from tests.pipelines import build_smoke_pipelines
+
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the session's folder above each worker's own
+    with open(shared / "smoke-pipelines.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_smoke_pipelines(shared / "smoke-pipelines")

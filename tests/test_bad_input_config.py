@@ -17,7 +17,7 @@ from dpsynth.data.dataset import load_processed
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data.registry import DATASETS, suggest_datasets
 from dpsynth.errors import ConfigError, DataError
-from tests.conftest import REPO, run_cli, venv_bin
+from tests.conftest import REPO, require, run_cli, venv_bin
 
 SHIPPED = (REPO / "params.yaml").read_text(encoding="utf-8")
 EXPERIMENT = "  dps_fmnist:\n    method: dp_sinkhorn\n"
@@ -93,8 +93,7 @@ def test_snakemake_refuses_duplicate_key(tmp_path):
     """Snakemake loads params.yaml itself (`configfile:`); common.smk runs the same check. Fails while
     parsing the workflow, so nothing is run."""
     snakemake = venv_bin("snakemake")
-    if not Path(snakemake).exists():
-        pytest.skip("snakemake not installed")
+    require(Path(snakemake).exists(), f"snakemake not installed at {snakemake} (a dependency: make env installs it)")
     shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
     shutil.copytree(REPO / "workflow", tmp_path / "workflow")
     _second_privacy(tmp_path)

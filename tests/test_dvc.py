@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,28 +21,21 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import FASHION_DIR, require, venv_bin
-from tests.test_workflow_sync import copy_workflow, smoke_patch
+from tests.conftest import venv_bin
+from tests.pipelines import copy_workspace, env
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.timeout(2400)]
 
 EXP = "dps_fmnist"
+GS = "gswgan_fmnist"  # the shared smoke pipeline also trains GS-WGAN: edits of what it reads re-run it
 GEN = Path(f"models/{EXP}/generator.pt")
 SYNTH = Path(f"data/synthetic/{EXP}")
 SWEEP_KEY = f"experiments.{EXP}.hparams.m"  # the L1 weight m of the p x m sweeps (NeurIPS Table 5)
-# Not outputs of any stage: the resume checkpoint and Snakemake's bookkeeping stay out of git.
-GITIGNORE = "checkpoint.pt\n/logs/\n/.snakemake/\n"
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = str(Path(venv_bin("python")).parent) + os.pathsep + env.get("PATH", "")
-    return env
 
 
 def sh(cwd: Path, *cmd: str, timeout: float = 1200) -> str:
     """Run a command, demand success, return stdout + stderr (DVC reports stages on both)."""
-    res = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
+    res = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env())
     out = res.stdout + res.stderr
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{out[-5000:]}"
     return out
@@ -51,11 +43,6 @@ def sh(cwd: Path, *cmd: str, timeout: float = 1200) -> str:
 
 def dvc(cwd: Path, *args: str, timeout: float = 1200) -> str:
     return sh(cwd, venv_bin("dvc"), *args, timeout=timeout)
-
-
-def git_commit(cwd: Path, message: str) -> None:
-    sh(cwd, "git", "add", "-A")
-    sh(cwd, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", message)
 
 
 def assert_clean(cwd: Path) -> None:
@@ -81,32 +68,14 @@ def edit_params(d: Path, change: Callable[[dict], None]) -> None:
 class Repos:
     dvc: Path  # pipeline run by `dvc repro`, committed to git
     snakemake: Path  # pipeline run by `snakemake`, nothing recorded in DVC yet
-    dvc_weights: dict[str, torch.Tensor]  # the generator `dvc repro` trained
 
 
 @pytest.fixture(scope="module")
-def repos(tmp_path_factory) -> Repos:
-    """Both runs start together: on a shared 2-core machine they overlap each other's waits."""
-    require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
+def repos(smoke_pipelines, tmp_path_factory) -> Repos:
+    """This module's copies of the session's smoke pipelines (tests/pipelines.py): its tests change them."""
     base = tmp_path_factory.mktemp("dvc")
-    r = Repos(copy_workflow(base / "dvc", smoke_patch), copy_workflow(base / "snakemake", smoke_patch), {})
-    for d in (r.dvc, r.snakemake):
-        (d / ".gitignore").write_text(GITIGNORE)
-    procs = [subprocess.Popen(cmd, cwd=d, env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for d, cmd in ((r.dvc, [venv_bin("dvc"), "repro"]), (r.snakemake, [venv_bin("snakemake"), "--cores", "2"]))]
-    try:
-        outs = [p.communicate(timeout=1500)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, f"{' '.join(p.args)} failed:\n{out[-5000:]}"
-    assert f"Running stage 'train@{EXP}'" in outs[0]
-    git_commit(r.dvc, "baseline")  # what every test goes back to (_back_to_baseline), whichever runs first
-    r.dvc_weights = weights(r.dvc)
-    return r
+    return Repos(copy_workspace(smoke_pipelines.dvc, base / "dvc"),
+                 copy_workspace(smoke_pipelines.snakemake, base / "snakemake"))
 
 
 def _back_to_baseline(d: Path) -> None:
@@ -170,9 +139,11 @@ EDITS: list[tuple[str, Callable[[dict], None], set[str]]] = [
     ("scales.paper.n_synthetic_sets (another scale)", lambda p: p["scales"]["paper"].__setitem__("n_synthetic_sets", 2),
      {"report"}),
     ("scales.smoke.n_synthetic", lambda p: p["scales"]["smoke"].__setitem__("n_synthetic", 400),
-     {f"sample@{EXP}", f"evaluate@{EXP}", "sample_pm_fmnist_quick@1.0-1", "evaluate_pm_fmnist_quick@1.0-1", "report"}),
+     {f"sample@{EXP}", f"evaluate@{EXP}", "sample_pm_fmnist_quick@1.0-1", "evaluate_pm_fmnist_quick@1.0-1",
+      f"sample_gswgan@{GS}", f"evaluate_gswgan@{GS}", "report"}),
     ("evaluation.classifiers", lambda p: p["evaluation"].__setitem__("classifiers", ["logreg", "mlp"]),
-     {f"evaluate@{EXP}", "evaluate_pm_fmnist_quick@1.0-1", "evaluate_real@fashion_mnist", "report"}),
+     {f"evaluate@{EXP}", "evaluate_pm_fmnist_quick@1.0-1", "evaluate_real@fashion_mnist", f"evaluate_gswgan@{GS}",
+      "report"}),
 ]
 
 
@@ -247,9 +218,7 @@ def test_dvc_commit_records_a_snakemake_run(repos):
     train = lock["stages"][f"train@{EXP}"]
     recorded = {o["path"]: o["md5"] for o in train["outs"]}
     assert recorded[str(GEN)] == hashlib.md5((d / GEN).read_bytes()).hexdigest()
-    # Snakemake and DVC made the same generator from the same params.yaml.
-    w = weights(d)
-    assert w.keys() == repos.dvc_weights.keys() and all(torch.equal(w[k], repos.dvc_weights[k]) for k in w)
+    # (that Snakemake and DVC make the same generators: test_workflow_sync's end-to-end test)
 
 
 def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):

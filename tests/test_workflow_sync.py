@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,24 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, venv_bin
+from tests.conftest import REPO, require, venv_bin
+from tests.pipelines import SMOKE_EXPERIMENTS, copy_workflow, env, run
 
-pytestmark = pytest.mark.pipeline
-
-WORKFLOW_FILES = ("Snakefile", "workflow", "params.yaml", "dvc.yaml", ".dvcignore", "src")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = str(Path(venv_bin("python")).parent) + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def run(cmd: list[str], cwd: Path, timeout: float = 300) -> str:
-    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
-    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    return res.stdout
-
+# timeout: the first test to ask for `smoke_pipelines` waits for both runs (minutes; more on a loaded CPU)
+pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group("pipeline"), pytest.mark.timeout(2400)]
 
 def snakemake_outputs(cwd: Path) -> dict[str, set[str]]:
     """rule -> output files of the whole DAG (--forceall, so nothing is skipped as up to date)."""
@@ -102,32 +88,6 @@ def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
         o.update(outs)
         c.add(cmd.removeprefix("dpsynth ").strip())
     return stages
-
-
-def copy_workflow(dest: Path, params_patch=None) -> Path:
-    """A copy of the workflow declarations in a fresh git + DVC repository; with ``params_patch``,
-    its params.yaml edited and dvc.yaml regenerated from it, as a user does (`dpsynth workflow dvc`)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in WORKFLOW_FILES:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(src, dest / name)
-    if params_patch:
-        p = yaml.safe_load((dest / "params.yaml").read_text())
-        params_patch(p)
-        (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-        run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], dest)
-    _git_dvc_init(dest)
-    return dest
-
-
-def _git_dvc_init(d: Path) -> None:
-    run(["git", "init", "-q"], d)
-    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"], d)
-    run([venv_bin("dvc"), "init", "-q"], d)
-    run([venv_bin("dvc"), "config", "core.analytics", "false"], d)
 
 
 def test_same_stages_outputs_and_commands():
@@ -213,17 +173,22 @@ def test_dvc_report_runs_after_every_run():
     assert want and want <= before, sorted(want - before)
 
 
-def _p_list(values: list[float]):
+def _sweep_lists(p_values: list[float], epsilons: list[float]):
+    """The targeted p x m sweep's `p` list, and a targeted sweep over the privacy target (the
+    privacy-utility curve's points; dvc.yaml regenerated: its matrix groups)."""
     def patch(p: dict) -> None:
-        p["sweeps"]["pm_fmnist_quick"]["grid"]["p"] = values
+        p["sweeps"]["pm_fmnist_quick"]["grid"]["p"] = p_values
+        p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": epsilons}, "train_together": False}
+        p["pipeline"]["sweeps"] = [*p["pipeline"]["sweeps"], "eps_fmnist"]
     return patch
 
 
-def assert_adds_exactly_one_cell(base: Path, more: Path, cell: str) -> None:
-    """``more``'s DAG is ``base``'s plus ``cell``'s train, sample and evaluate outputs, in both runners."""
-    want = {f"models/{cell}/{f}" for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
-    want |= {f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png", f"results/runs/{cell}/metrics.json",
-             f"results/runs/{cell}/headline.json"}
+def assert_adds_exactly(base: Path, more: Path, cells: list[str]) -> None:
+    """``more``'s DAG is ``base``'s plus ``cells``' train, sample and evaluate outputs, in both runners."""
+    want = {f"models/{cell}/{f}" for cell in cells
+            for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
+    want |= {f for cell in cells for f in (f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png",
+                                           f"results/runs/{cell}/metrics.json", f"results/runs/{cell}/headline.json")}
     for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
         a, b = outputs(base), outputs(more)
         a.pop("all", None), b.pop("all", None)
@@ -233,16 +198,18 @@ def assert_adds_exactly_one_cell(base: Path, more: Path, cell: str) -> None:
         assert added == want and not removed
 
 
-def test_changing_p_changes_both_dags_by_exactly_the_new_cells(tmp_path):
-    """Adding a value to a targeted sweep's `p` list adds exactly that cell's train, sample and
-    evaluate jobs, in Snakemake (expand) and DVC (matrix) alike; nothing else changes."""
-    base = copy_workflow(tmp_path / "a", _p_list([0.2, 1.0]))
-    more = copy_workflow(tmp_path / "b", _p_list([0.2, 0.5, 1.0]))
+def test_one_more_sweep_value_adds_exactly_its_cell_in_both_dags(tmp_path):
+    """Adding a value to a targeted sweep's list -- `p` of the p x m grid, and the target epsilon of
+    an epsilon sweep -- adds exactly that cell's train, sample and evaluate jobs, in Snakemake
+    (expand) and DVC (matrix) alike; nothing else changes."""
+    base = copy_workflow(tmp_path / "a", _sweep_lists([0.2, 1.0], [1.0, 10.0]))
+    more = copy_workflow(tmp_path / "b", _sweep_lists([0.2, 0.5, 1.0], [1.0, 3.0, 10.0]))
     # the generated dvc.yaml reads the lists from params.yaml: the same file serves both
     assert (base / "dvc.yaml").read_text() == (more / "dvc.yaml").read_text()
-    assert_adds_exactly_one_cell(base, more, "pm_fmnist_quick-p0.5-m1")
+    assert_adds_exactly(base, more, ["pm_fmnist_quick-p0.5-m1", "eps_fmnist-epsilon3.0"])
     dvc_names = {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)}
-    assert dvc_names == {f"{r}_pm_fmnist_quick@0.5-1" for r in ("train", "sample", "evaluate")}
+    assert dvc_names == {f"{r}_{cell}" for r in ("train", "sample", "evaluate")
+                         for cell in ("pm_fmnist_quick@0.5-1", "eps_fmnist@3.0")}
 
 
 def test_changing_datasets_changes_both_dags(tmp_path):
@@ -261,7 +228,7 @@ def test_lint_and_dry_runs_on_shipped_params():
     depends on are written, as the README's "after an edit" recipe does), `dvc dag` checks the
     whole graph, and the full `dvc repro --dry` is checked after a real run (test below)."""
     out = subprocess.run([venv_bin("snakemake"), "--lint"], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, env=_env())
+                         timeout=120, env=env())
     assert out.returncode == 0, out.stdout + out.stderr
     dry = run([venv_bin("snakemake"), "-n", "--forceall"], REPO)
     for rule in ("prepare_data", "privatize", "warmstart", "train", "sample", "evaluate", "evaluate_real", "w2_noise"):
@@ -327,22 +294,22 @@ def dry_run_plan(cwd: Path, *args: str) -> list[tuple[str, str, str]]:
     return [(r, w, why) for r, w, why in jobs if r != "all"]
 
 
-def check_report_page(d: Path, tmp_path: Path) -> None:
-    """`snakemake --report`: the page holds every table, figure and sample grid with its caption,
-    and renders in a headless browser (scripts/report-screenshot.sh; a screenshot and the page's
-    text after its JavaScript ran)."""
-    run([venv_bin("snakemake"), "--report", "report.html", "--config", "scale=smoke"], d)
-    page = (d / "report.html").read_text()
+def test_report_page_renders(smoke_pipelines, tmp_path):
+    """`snakemake --report` of the finished smoke pipeline: the page holds every table, figure and
+    sample grid with its caption, and renders in a headless browser (scripts/report-screenshot.sh; a
+    screenshot and the page's text after its JavaScript ran)."""
+    page_file = tmp_path / "report.html"
+    run([venv_bin("snakemake"), "--report", str(page_file)], smoke_pipelines.snakemake)
+    page = page_file.read_text()
     for table in ("table1_fmnist", "pm_grid_fmnist", "privacy_ledger"):
         assert f'Table <tt class=\\"docutils literal\\">{table}</tt>' in page, table  # its caption
     for fig in ("training_dps_fmnist", "pm_grid_fmnist_heatmap", "w2_noise_fashion_mnist"):
         assert f'Figure <tt class=\\"docutils literal\\">{fig}</tt>' in page, fig
     assert 'Synthetic samples of run <tt class=\\"docutils literal\\">dps_fmnist</tt>' in page
     shot, dom = tmp_path / "report.png", tmp_path / "report-dom.html"
-    res = subprocess.run(["bash", str(REPO / "scripts/report-screenshot.sh"), str(d / "report.html"), str(shot),
-                          str(dom)], capture_output=True, text=True, timeout=120)
-    if res.returncode == 3 and not os.environ.get("CI"):
-        pytest.skip(res.stderr.strip())  # no headless chromium here (CI installs it: scripts/system-packages.sh)
+    res = subprocess.run(["bash", str(REPO / "scripts/report-screenshot.sh"), str(page_file), str(shot), str(dom)],
+                         capture_output=True, text=True, timeout=120)
+    require(res.returncode != 3, res.stderr.strip())  # no headless chromium (scripts/system-packages.sh installs it)
     assert res.returncode == 0, res.stderr
     from PIL import Image
 
@@ -353,42 +320,18 @@ def check_report_page(d: Path, tmp_path: Path) -> None:
         assert words in text, words
 
 
-def smoke_patch(p: dict) -> None:
-    """One DP-Sinkhorn target, one sweep cell, the real-data row and a one-level W2 sweep. Reproducible
-    noise: the tests compare the generators two runners made bit for bit (not private, and labelled so)."""
-    p["scale"] = "smoke"
-    p["privacy_noise"] = "reproducible"
-    p["datasets"] = ["fashion_mnist"]
-    # the shipped list also targets MNIST's cells
-    p["pipeline"] = {"experiments": ["dps_fmnist"], "sweeps": ["pm_fmnist_quick"]}
-    p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}
-    p["w2_noise"] = {"fashion_mnist": {"noise_levels": [0.5]}}  # the paper's image setting, 5 steps
-    p["tables"]["local_privacy_w2"]["dataset"] = "fashion_mnist"
-    p["evaluation"]["real_datasets"] = ["fashion_mnist"]
-
-
-def smoke_gswgan_patch(p: dict) -> None:
-    """The smoke pipeline plus GS-WGAN (warm start stage -> training from it)."""
-    smoke_patch(p)
-    p["pipeline"]["experiments"].append("gswgan_fmnist")
-
-
-@pytest.mark.slow
-def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
+def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):
     """A real `snakemake` run and a real `dvc repro` (temporary git repo, no remote) of the whole
-    smoke pipeline give the same generator and the same synthetic data; DVC is then clean."""
-    # Snakemake's copy says `scale: quick`; `--config scale=smoke` must reach every job, so the two
-    # runners still make bit-identical generators (and every metrics file says smoke).
-    sm_dir = copy_workflow(tmp_path / "sm", lambda p: (smoke_gswgan_patch(p), p.update(scale="quick")))
-    assert yaml.safe_load((sm_dir / "params.yaml").read_text())["scale"] == "quick"
-    run([venv_bin("snakemake"), "--cores", "2", "--config", "scale=smoke"], sm_dir, timeout=1200)
-    assert "Nothing to be done" in run([venv_bin("snakemake"), "-n", "--config", "scale=smoke"], sm_dir)
-    # without the override the settings of every scale-dependent job differ: they are planned, because
-    # their params changed (a job downstream of a planned one is listed for that instead); the data,
-    # the same at every scale, is not
-    plan = dry_run_plan(sm_dir)
-    assert {(r, w) for r, w, _ in plan if r == "train"} == {
-        ("train", e) for e in ("dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p1.0-m1")}
+    smoke pipeline (tests/pipelines.py) give the same generators and the same synthetic data; both
+    are then clean. (That `--config scale=...` reaches every job of a real run is shown by the SLURM
+    test, whose params.yaml says quick and whose outputs equal these bit for bit.)"""
+    sm_dir, dvc_dir = smoke_pipelines.snakemake, smoke_pipelines.dvc
+    assert "Nothing to be done" in run([venv_bin("snakemake"), "-n"], sm_dir)
+    # with `--config scale=quick` the settings of every scale-dependent job differ: they are planned
+    # because their params changed (a job downstream of a planned one is listed for that instead);
+    # the data, the same at every scale, is not
+    plan = dry_run_plan(sm_dir, "--config", "scale=quick")
+    assert {(r, w) for r, w, _ in plan if r == "train"} == {("train", e) for e in SMOKE_EXPERIMENTS}
     why = {(r, w): reason for r, w, reason in plan}
     for job in (("train", "dps_fmnist"), ("train_sweep", "pm_fmnist_quick"), ("warmstart", "gswgan_fmnist"),
                 ("w2_noise", "fashion_mnist"), ("evaluate_real", "fashion_mnist")):
@@ -397,16 +340,13 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
     cell_why = why[("train", "pm_fmnist_quick-p1.0-m1")]
     assert "Params have changed" in cell_why or "private/sweeps/pm_fmnist_quick" in cell_why, cell_why
     assert not any(r == "prepare_data" for r, _, _ in plan), plan
-    check_report_page(sm_dir, tmp_path)
-    dvc_dir = copy_workflow(tmp_path / "dvc", smoke_gswgan_patch)
-    run([venv_bin("dvc"), "repro"], dvc_dir, timeout=1200)
+    assert "Running stage 'train@dps_fmnist'" in smoke_pipelines.dvc_log
     status = run([venv_bin("dvc"), "status"], dvc_dir)
     assert "up to date" in status.lower(), status
     run([venv_bin("dvc"), "repro", "--dry"], dvc_dir)  # everything exists now: nothing to run
-    import numpy as np
     import torch
 
-    for exp in ("dps_fmnist", "gswgan_fmnist", "pm_fmnist_quick-p1.0-m1"):
+    for exp in SMOKE_EXPERIMENTS:
         ga = torch.load(sm_dir / f"models/{exp}/generator.pt", weights_only=True)["state_dict"]
         gb = torch.load(dvc_dir / f"models/{exp}/generator.pt", weights_only=True)["state_dict"]
         assert ga.keys() == gb.keys() and all(torch.equal(ga[k], gb[k]) for k in ga), exp
@@ -415,14 +355,18 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(tmp_path, fashion_dir):
         assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["y"], b["y"])
     import json
 
+    from dpsynth.evaluate import fid_helper_weights as fhw
+
+    require(fhw.check_file(fhw.default_path()) is None, "the offline FID network is not installed "
+                                                        "(scripts/fetch-fid-weights.sh; make test installs it)")
     for d in (sm_dir, dvc_dir):
         m = json.loads((d / "results/runs/dps_fmnist/metrics.json").read_text())
         assert m["scale"] == "smoke" and set(m["classifiers"]) == {"logreg", "mlp", "cnn"}
         assert m["privacy"]["epsilon"]["rdp_classic"] <= 10.0
         assert m["train"]["scale_overrides"]["lr"] == {"paper": 1e-5, "this_scale": 1e-3}  # recorded, not silent
-        fid = m["fid"]  # offline: a number from the shipped extractor (recorded), else unavailable with a reason
-        assert (fid["available"] is True and fid["mean"] > 0 and fid["extractor"]) or \
-            (fid["available"] is False and fid["fid"] is None and fid["reason"])
+        fid = m["fid"]  # offline: a number from the shipped extractor (recorded), with KID and FID-infinity
+        assert fid["available"] is True and fid["mean"] > 0 and fid["extractor"], fid
+        assert fid["kid"]["available"] and fid["fid_inf"]["available"], fid
         real = json.loads((d / "results/real/fashion_mnist/metrics.json").read_text())
         assert real["classifiers"]["logreg"]["mean"] > 0.7
         gs = json.loads((d / "results/runs/gswgan_fmnist/metrics.json").read_text())
@@ -501,21 +445,3 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
             assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name
         if rule in ("train", "train_sweep", "warmstart"):
             assert not any(d.startswith("src/dpsynth/evaluate") for d in code), name
-
-
-def _eps_sweep(values: list[float]):
-    """A targeted sweep over the privacy target (dvc.yaml regenerated: its matrix groups)."""
-    def patch(p: dict) -> None:
-        p["sweeps"]["eps_fmnist"] = {"base": "dps_fmnist", "grid": {"epsilon": values}, "train_together": False}
-        p["pipeline"]["sweeps"] = [*p["pipeline"]["sweeps"], "eps_fmnist"]
-    return patch
-
-
-def test_an_epsilon_sweep_adds_exactly_its_cells_in_both_dags(tmp_path):
-    """A sweep over epsilon (the privacy-utility curve's points): one more target epsilon adds
-    exactly that cell's train, sample and evaluate jobs, in Snakemake and in DVC."""
-    base = copy_workflow(tmp_path / "a", _eps_sweep([1.0, 10.0]))
-    more = copy_workflow(tmp_path / "b", _eps_sweep([1.0, 3.0, 10.0]))
-    assert_adds_exactly_one_cell(base, more, "eps_fmnist-epsilon3.0")
-    assert {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)} == {
-        f"{r}_eps_fmnist@3.0" for r in ("train", "sample", "evaluate")}

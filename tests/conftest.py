@@ -120,19 +120,59 @@ def digits28_smoke_params(experiment: str, steps: int, **top: object) -> dict:
     return p
 
 
+def _shared_dir(tmp_path_factory, worker_id: str) -> Path:  # type: ignore[no-untyped-def]
+    """The session's temporary folder that every xdist worker sees (each has its own below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+NEEDS_SMOKE_RUNS = ("smoke_pipelines", "smoke_snakemake")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _smoke_runs_in_background(request, tmp_path_factory, worker_id) -> None:  # type: ignore[no-untyped-def]
+    """Start the shared smoke runs (tests/pipelines.py) as the session starts, when a selected test
+    reads them (its fixtures, or the mark ``smoke_runs`` for one that asks for them later): they run
+    beside the other tests instead of holding a worker (stopped by pytest_sessionfinish if unfinished)."""
+    from tests.pipelines import smoke_base, start_smoke_runs
+
+    wanted = any(set(NEEDS_SMOKE_RUNS) & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("smoke_runs")
+                 for item in request.session.items)
+    if wanted and FASHION_DIR.is_dir():
+        start_smoke_runs(smoke_base(_shared_dir(tmp_path_factory, worker_id)))
+
+
+def pytest_sessionfinish(session) -> None:  # type: ignore[no-untyped-def]
+    """In the process that ends the whole session (xdist's controller, or a plain pytest): stop a
+    smoke run still going (after -x, say), so no pipeline outlives the tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from tests.pipelines import smoke_base, stop_smoke_runs
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None and factory._basetemp is not None:
+        stop_smoke_runs(smoke_base(factory.getbasetemp()))
+
+
+def _smoke_run(tmp_path_factory, worker_id: str, runner: str):  # type: ignore[no-untyped-def]
+    from tests.pipelines import smoke_base, wait_for_smoke_run
+
+    require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
+    return wait_for_smoke_run(smoke_base(_shared_dir(tmp_path_factory, worker_id)), runner)
+
+
+@pytest.fixture(scope="session")
+def smoke_snakemake(tmp_path_factory, worker_id) -> Path:  # type: ignore[no-untyped-def]
+    """The workspace of the shared smoke pipeline's Snakemake run, once it has finished (read-only)."""
+    return _smoke_run(tmp_path_factory, worker_id, "snakemake")[0]
+
+
 @pytest.fixture(scope="session")
 def smoke_pipelines(tmp_path_factory, worker_id):  # type: ignore[no-untyped-def]
-    """The smoke pipeline (with GS-WGAN) run once by Snakemake and once by `dvc repro`, for every
-    test that inspects a finished pipeline (tests/pipelines.py). Built once per test session: the
-    xdist workers share one folder, and the first to ask builds it under a lock while the others wait.
+    """The smoke pipeline (with GS-WGAN) run once by Snakemake and once by `dvc repro` this session,
+    for every test that inspects a finished pipeline (tests/pipelines.py), once both have finished.
     Read-only: copy a workspace before changing it."""
-    import fcntl
+    from tests.pipelines import SmokePipelines
 
-    from tests.pipelines import build_smoke_pipelines
-
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # the session's folder above each worker's own
-    with open(shared / "smoke-pipelines.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return build_smoke_pipelines(shared / "smoke-pipelines")
+    (sm, sm_log), (dv, dv_log) = (_smoke_run(tmp_path_factory, worker_id, r) for r in ("snakemake", "dvc"))
+    return SmokePipelines(sm, dv, sm_log, dv_log)

@@ -1,23 +1,23 @@
 """Workflow copies and the smoke pipeline, built once per test session and shared.
 
-A real run of the whole smoke pipeline takes minutes; building it once for Snakemake and once for
-`dvc repro` (``build_smoke_pipelines``, behind the session fixture ``smoke_pipelines`` in conftest.py)
-replaces the six runs the suite used to make (twice each in test_workflow_sync, test_dvc and
-test_slurm). The two workspaces are read-only by convention: a test that changes one (edits
+A real run of the whole smoke pipeline takes minutes; running it once with Snakemake and once with
+`dvc repro` per test session replaces the six runs the suite used to make (twice each in
+test_workflow_sync, test_dvc and test_slurm). Both start in the background as the session starts
+(when a selected test needs them; conftest.py) and the tests wait for the runner they read
+(fixtures ``smoke_pipelines``, ``smoke_snakemake``), so the other tests use the cores meanwhile. The two workspaces are read-only by convention: a test that changes one (edits
 params.yaml, `dvc exp run`, `dvc commit`) works on its own copy (``copy_workspace``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import FASHION_DIR, REPO, require, venv_bin
+from tests.conftest import REPO, venv_bin
 
 WORKFLOW_FILES = ("Snakefile", "workflow", "params.yaml", "dvc.yaml", ".dvcignore", "src")
 # Not outputs of any stage: the resume checkpoint and Snakemake's bookkeeping stay out of git.
@@ -67,11 +67,6 @@ def _git_dvc_init(d: Path) -> None:
     run([venv_bin("dvc"), "config", "core.analytics", "false"], d)
 
 
-def git_commit(cwd: Path, message: str) -> None:
-    run(["git", "add", "-A"], cwd)
-    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", message], cwd)
-
-
 def copy_workspace(src: Path, dest: Path) -> Path:
     """A copy of a finished workspace (git, DVC cache, Snakemake's records, outputs), timestamps
     kept, for a test that changes it: Snakemake and DVC see the copy exactly as the original."""
@@ -110,37 +105,85 @@ class SmokePipelines:
     dvc_log: str
 
 
-def build_smoke_pipelines(base: Path) -> SmokePipelines:
-    """Both runs start together: on a shared 2-core machine they overlap each other's waits. A build
-    finished in ``base`` (its marker file ``built`` written last) is reused; call this under a lock
-    (conftest's ``smoke_pipelines`` holds one across xdist workers).
+#: each runner's command in its workspace; the DVC one commits its run as the baseline the tests go back to
+RUNNERS = {"snakemake": f"{venv_bin('snakemake')} --cores 2",
+           "dvc": f"{venv_bin('dvc')} repro && git add -A && git -c user.email=t@t -c user.name=t commit -q -m baseline"}
 
-    With DPSYNTH_TEST_PIPELINES set to a folder (a developer's option; CI leaves it unset), a build
-    of the same workflow files, code and this module is reused from there, and a new one kept there."""
+
+def smoke_base(session_dir: Path) -> Path:
+    """Where this session's smoke runs live (DPSYNTH_TEST_PIPELINES: a developer's folder that keeps
+    them between sessions, keyed on the code; CI leaves it unset)."""
     cache = os.environ.get("DPSYNTH_TEST_PIPELINES")
-    if cache:
-        base = Path(cache) / _inputs_key()
-    if (base / "built").is_file():  # finished by another xdist worker of this session, or cached
-        return SmokePipelines(base / "snakemake", base / "dvc", *json.loads((base / "built").read_text()))
-    shutil.rmtree(base, ignore_errors=True)  # a build that did not finish
-    require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
-    sm, dv = copy_workflow(base / "snakemake", smoke_gswgan_patch), copy_workflow(base / "dvc", smoke_gswgan_patch)
-    for d in (sm, dv):
-        (d / ".gitignore").write_text(GITIGNORE)
-    procs = [subprocess.Popen(cmd, cwd=d, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for d, cmd in ((sm, [venv_bin("snakemake"), "--cores", "2"]), (dv, [venv_bin("dvc"), "repro"]))]
-    try:
-        outs = [p.communicate(timeout=2000)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, f"{' '.join(p.args)} failed:\n{out[-5000:]}"
-    git_commit(dv, "baseline")
-    (base / "built").write_text(json.dumps(outs))
-    return SmokePipelines(sm, dv, *outs)
+    return Path(cache) / _inputs_key() if cache else session_dir / "smoke-pipelines"
+
+
+def start_smoke_runs(base: Path) -> None:
+    """Start both runs in the background, once: the first caller (of any xdist worker) copies the
+    workspaces and starts them, later callers find them started. Each run writes its log and, when it
+    ends, its exit status (``<runner>.rc``); their process groups are kept in ``pgids``."""
+    import fcntl
+
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (base / "started").is_file() and not _failed_or_stopped(base):
+            return
+        for r in RUNNERS:
+            shutil.rmtree(base / r, ignore_errors=True)
+            (base / f"{r}.rc").unlink(missing_ok=True)
+        started = []
+        for r, cmd in RUNNERS.items():
+            d = copy_workflow(base / r, smoke_gswgan_patch)
+            (d / ".gitignore").write_text(GITIGNORE)
+            proc = subprocess.Popen(["bash", "-c", f"({cmd}) > ../{r}.log 2>&1; echo $? > ../{r}.rc.tmp; "
+                                                   f"mv ../{r}.rc.tmp ../{r}.rc"],
+                                    cwd=d, env=env(), start_new_session=True)
+            started.append(str(proc.pid))
+        (base / "pgids").write_text(" ".join(started))
+        (base / "started").write_text("")
+
+
+def _failed_or_stopped(base: Path) -> bool:
+    """A run that failed, or that ended without its status (stopped with an earlier session: only
+    with DPSYNTH_TEST_PIPELINES, whose folder outlives the session): start both again."""
+    if any((base / f"{r}.rc").is_file() and (base / f"{r}.rc").read_text().strip() != "0" for r in RUNNERS):
+        return True
+    if all((base / f"{r}.rc").is_file() for r in RUNNERS):
+        return False
+    for pgid in (base / "pgids").read_text().split():
+        try:
+            os.killpg(int(pgid), 0)
+            return False  # still running
+        except ProcessLookupError:
+            continue
+    return True
+
+
+def stop_smoke_runs(base: Path) -> None:
+    """Stop the runs of ``base`` that have not finished (no ``<runner>.rc``): the session ended without them."""
+    import signal
+
+    if not (base / "pgids").is_file() or all((base / f"{r}.rc").is_file() for r in RUNNERS):
+        return
+    for pgid in (base / "pgids").read_text().split():
+        try:
+            os.killpg(int(pgid), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for_smoke_run(base: Path, runner: str, timeout: float = 2400) -> tuple[Path, str]:
+    """(workspace, log) of one runner's finished run; fails with its log's tail if it failed."""
+    import time
+
+    rc, deadline = base / f"{runner}.rc", time.monotonic() + timeout
+    while not rc.is_file():
+        assert (base / "started").is_file(), f"the smoke runs were never started in {base}"
+        assert time.monotonic() < deadline, f"`{RUNNERS[runner]}` still running after {timeout:.0f} s"
+        time.sleep(2)
+    log = (base / f"{runner}.log").read_text()
+    assert rc.read_text().strip() == "0", f"`{RUNNERS[runner]}` failed:\n{log[-5000:]}"
+    return base / runner, log
 
 
 def _inputs_key() -> str:

@@ -274,16 +274,6 @@ def test_report_refuses_unconfigured_run_without_dataset(reported: Any, capsys: 
     assert f"{path}: key 'dataset' is missing" in err, err
 
 
-def test_entropic_wgan_run_may_have_no_classifiers() -> None:
-    from dpsynth.report.runs import validate_metrics
-
-    m = {"experiment": "ew", "dataset": "mnist", "method": "entropic_wgan", "classifiers": {}, "scale": "quick",
-         "fid": {"available": False, "fid": None, "reason": "x"}, "privacy": {}, "w2": {"mean": 1.0, "std": 0.0}}
-    assert validate_metrics(Path("runs/ew/metrics.json"), m) == m
-    with pytest.raises(DataError, match="'classifiers' is empty"):
-        validate_metrics(Path("runs/ew/metrics.json"), {**m, "w2": None})
-
-
 def test_report_invalid_metrics_json_is_named(reported: Any, capsys: pytest.CaptureFixture[str]) -> None:
     params, res, snap = reported
     path = res / "runs" / "gswgan_mnist" / "metrics.json"

@@ -121,19 +121,20 @@ def _with_profile(d: Path, name: str = "slurm", **default_resources: str) -> Pat
     return d
 
 
+@pytest.mark.smoke_runs
 def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, request, tmp_path):
     """Acceptance: `snakemake --cores 8 --profile slurm` completes the smoke pipeline on the
     cluster; generator, synthetic data and privacy report equal those of the session's local run
     (tests/pipelines.py). The cluster copy's params.yaml says `scale: quick` and the run passes
     `--config scale=smoke`: equal outputs show the override reached every job, through sbatch.
-    The local run is asked for after the cluster's: under xdist another worker builds it meanwhile."""
+    The local run is asked for after the cluster's: it runs in the background meanwhile."""
     slurm_dir = _with_profile(copy_workflow(tmp_path / "slurm", lambda p: (smoke_patch(p), p.update(scale="quick"))))
     assert yaml.safe_load((slurm_dir / "params.yaml").read_text())["scale"] == "quick"
     env = dict(slurm_cluster.env)
     rc, out, _ = _snakemake(slurm_dir, env, "--cores", "8", "--profile", "slurm", *TEST_CLUSTER_ARGS,
                             "--config", "scale=smoke", timeout=1200)
     assert rc == 0, out[-6000:]
-    local_dir = request.getfixturevalue("smoke_pipelines").snakemake
+    local_dir = request.getfixturevalue("smoke_snakemake")
 
     # Every cluster job really went through sbatch, and its SLURM log was kept (logs per job).
     submitted = dict(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", out))

@@ -3,8 +3,8 @@ PYTHON ?= python3.11
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 CORES  ?= all
-# pytest-xdist workers: one per core of the 2-core reference machine. Tests of one xdist_group run on one
-# worker ("pipeline": the tests of the shared smoke runs; "slurm": the test cluster); the rest spread.
+# pytest-xdist workers: one per core of the 2-core reference machine; --dist loadgroup keeps the SLURM
+# cluster's tests on one worker (xdist_group "slurm"), the rest spread (tests/conftest.py orders them).
 TEST_WORKERS ?= 2
 
 .PHONY: run test env system fid-weights clean-results

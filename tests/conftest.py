@@ -129,6 +129,23 @@ def _shared_dir(tmp_path_factory, worker_id: str) -> Path:  # type: ignore[no-un
 NEEDS_SMOKE_RUNS = ("smoke_pipelines", "smoke_snakemake")
 
 
+def _waits_for_smoke_runs(item) -> bool:  # type: ignore[no-untyped-def]
+    """Its set-up waits for the shared smoke runs (their fixtures)."""
+    return bool(set(NEEDS_SMOKE_RUNS) & set(getattr(item, "fixturenames", ())))
+
+
+def _reads_smoke_runs(item) -> bool:  # type: ignore[no-untyped-def]
+    return _waits_for_smoke_runs(item) or item.get_closest_marker("smoke_runs") is not None
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    """Order for two workers (xdist hands work out in this order; stable sort): first the test that
+    reads the smoke runs only after its own SLURM pipeline (mark ``smoke_runs``), which runs beside
+    them; last the tests whose set-up waits for the runs, which by then have finished in the background
+    while the other tests used both cores."""
+    items.sort(key=lambda item: 2 if _waits_for_smoke_runs(item) else 0 if _reads_smoke_runs(item) else 1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _smoke_runs_in_background(request, tmp_path_factory, worker_id) -> None:  # type: ignore[no-untyped-def]
     """Start the shared smoke runs (tests/pipelines.py) as the session starts, when a selected test
@@ -136,8 +153,7 @@ def _smoke_runs_in_background(request, tmp_path_factory, worker_id) -> None:  # 
     beside the other tests instead of holding a worker (stopped by pytest_sessionfinish if unfinished)."""
     from tests.pipelines import smoke_base, start_smoke_runs
 
-    wanted = any(set(NEEDS_SMOKE_RUNS) & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("smoke_runs")
-                 for item in request.session.items)
+    wanted = any(_reads_smoke_runs(item) for item in request.session.items)
     if wanted and FASHION_DIR.is_dir():
         start_smoke_runs(smoke_base(_shared_dir(tmp_path_factory, worker_id)))
 

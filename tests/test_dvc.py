@@ -24,7 +24,8 @@ import yaml
 from tests.conftest import venv_bin
 from tests.pipelines import copy_workspace, env
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.xdist_group("pipeline"), pytest.mark.timeout(2400)]
+# timeout: a test that asks for `smoke_pipelines` may wait for both runs (minutes; more on a loaded CPU)
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 EXP = "dps_fmnist"
 GS = "gswgan_fmnist"  # the shared smoke pipeline also trains GS-WGAN: edits of what it reads re-run it

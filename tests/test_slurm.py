@@ -32,7 +32,7 @@ import yaml
 from tests.conftest import REPO, clear_pipeline, require, venv_bin
 from tests.pipelines import copy_workflow, smoke_patch
 
-# xdist: one worker runs the cluster (its own group: beside the group that builds the shared smoke runs)
+# xdist: one worker runs the cluster (group "slurm"); its pipeline test is scheduled first (conftest)
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.xdist_group("slurm"), pytest.mark.timeout(2400)]
 
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"

@@ -15,8 +15,8 @@ import yaml
 from tests.conftest import REPO, require, venv_bin
 from tests.pipelines import SMOKE_EXPERIMENTS, copy_workflow, env, run
 
-# timeout: the first test to ask for `smoke_pipelines` waits for both runs (minutes; more on a loaded CPU)
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group("pipeline"), pytest.mark.timeout(2400)]
+# timeout: a test that asks for `smoke_pipelines` may wait for both runs (minutes; more on a loaded CPU)
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(2400)]
 
 def snakemake_outputs(cwd: Path) -> dict[str, set[str]]:
     """rule -> output files of the whole DAG (--forceall, so nothing is skipped as up to date)."""

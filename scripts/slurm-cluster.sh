@@ -124,8 +124,9 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
-# Finished jobs stay visible to squeue for 5 minutes (the status query of the executor).
-MinJobAge=300
+# Finished jobs stay visible to squeue and scontrol for an hour: the executor's status query, and the
+# test reading a job's record after a smoke run that took 12 min on a loaded 2-core CPU (300 s lost it).
+MinJobAge=3600
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30

@@ -58,6 +58,7 @@ def _eval_samples(G, n_per_class: int, num_classes: int, seed: int = 5) -> tuple
         return G(G.sample_latent(len(lab), g), lab), lab
 
 
+@pytest.mark.slow
 def test_training_moves_digits_towards_data_and_conditions(digits28, tmp_path):
     """Non-private, 150 steps: the Sinkhorn divergence to held-out real digits must drop at least 3x
     (measured: untrained ~1500 vs trained ~60-100 at this budget, so 3x leaves a wide margin), and
@@ -92,6 +93,7 @@ def test_training_moves_digits_towards_data_and_conditions(digits28, tmp_path):
     assert meta["output_range"] == "tanh" and meta["num_classes"] == 10
 
 
+@pytest.mark.slow
 def test_training_moves_half_circle_towards_data(half_circle, tmp_path):
     """2-D manifold, MLP generator: divergence to held-out points drops >= 5x (measured ~20-50x)."""
     sub = Dataset(half_circle.name, half_circle.x_train[:4000], half_circle.y_train[:4000],

@@ -46,6 +46,7 @@ def one_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     torch.set_num_threads(n)
 
 
+@pytest.mark.slow
 def test_entropic_w2_recovers_the_clean_manifold() -> None:
     """The paper's central claim (Theorem 1, Fig. 1/5) at smoke scale.
 

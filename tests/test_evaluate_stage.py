@@ -58,6 +58,7 @@ def workdir(tmp_path: Path, digits28_processed: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     weights = require_fid_weights()
     res = run_cli("sample", "dps_digits", cwd=workdir)

@@ -167,6 +167,9 @@ def test_dp_sinkhorn_train_matches_reference_step_weights(tmp_path):
     from dpsynth.data.dataset import Dataset
     from dpsynth.methods.context import TrainContext
 
+    # the float32 rounding of both paths depends on torch's thread count: the 90 % criterion was
+    # calibrated at 2 threads (96 % observed; 87 % at 1 thread, which `make test`'s xdist workers default to)
+    torch.set_num_threads(2)  # restored after the test (conftest._torch_threads_restored)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (200, 1, 28, 28), dtype=np.uint8)
     y = rng.integers(0, 10, 200).astype(np.int64)

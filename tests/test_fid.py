@@ -82,6 +82,7 @@ def test_saved_random_weights_have_torch_fidelity_layout(weights: Path) -> None:
     fidmod.load_inception(weights)
 
 
+@pytest.mark.slow
 def test_fid_orders_real_vs_real_below_real_vs_noise(
     extractor: InceptionFeatures, digits_sets: dict[str, np.ndarray]
 ) -> None:

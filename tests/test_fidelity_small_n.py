@@ -157,6 +157,7 @@ def test_small_n_scores_record_the_protocol_and_say_why_not() -> None:
 REAL = fhw.default_path()
 
 
+@pytest.mark.slow
 def test_end_to_end_on_real_digits_with_the_real_inception() -> None:
     """20 real digit images (and 20 of uniform noise) against 20 other real ones, through the
     evaluate stage's function and the published TF Inception (~15 s on one CPU thread): digits

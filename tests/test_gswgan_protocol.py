@@ -85,6 +85,7 @@ def test_calibration_leaves_out_models_one_side_lacks() -> None:
     assert cal["std"] == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 def test_classifier_is_uses_the_real_rows_cnn_and_scores_real_images_near_ten(mnist: Dataset, tmp_path: Path) -> None:
     cache = ISClassifierCache(mnist, tmp_path, max_epochs=8, train_subset=2500)
     # the real-data row's own classifier fit (same subset, seed, epochs) hands its CNN to the cache ...
@@ -108,6 +109,7 @@ def test_classifier_is_uses_the_real_rows_cnn_and_scores_real_images_near_ten(mn
     assert info["cached"] is False and again.n_train == 270
 
 
+@pytest.mark.slow
 def test_fid_against_the_training_split_reuses_features_and_is_symmetric(mnist: Dataset, tmp_path: Path) -> None:
     from dpsynth.evaluate.fid import resolve_weights
     from dpsynth.evaluate.metrics import fid_scores, real_data_fid

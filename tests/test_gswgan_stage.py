@@ -30,6 +30,9 @@ TABLE = {"title": "GS-WGAN's protocol on digits (test)", "paper": "GS-WGAN (arXi
                   {"label": "G-PATE", "paper_row": "g_pate"},
                   {"label": "untrained DCGAN", "experiment": "dps_digits", "paper_row": "ours"}]}
 
+# slow; one xdist worker for the module: its module-scoped runs are computed once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gswgan_stage")]
+
 
 def _params(tmp: Path, tables: dict[str, Any]) -> dict[str, Any]:
     p = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -205,6 +205,7 @@ def _one_release(ds: Dataset, G0: torch.nn.Module, h: Any, clip: float, sigma: f
     return got[0][:20].reshape(-1)
 
 
+@pytest.mark.slow
 def test_black_box_canary_audit_of_the_real_step():
     """Neighbouring datasets D (3 records) and D + a white canary, q = 1 so the canary is in every
     batch: one real DP-Sinkhorn step from the same model state, 300 times each with fresh secret

@@ -7,7 +7,7 @@ local run produces. A profile naming a missing partition, or a controller nobody
 must fail with SLURM's own message within a bounded time instead of hanging.
 
 The test cluster has no job accounting (slurmdbd needs a database), so the runs add
-`--slurm-status-command squeue` (the cluster keeps finished jobs visible for MinJobAge=300 s)
+`--slurm-status-command squeue` (the cluster keeps finished jobs visible for MinJobAge=3600 s)
 and poll after 2 s instead of the plugin's default 40 s; everything else is the shipped profile.
 """
 

@@ -42,6 +42,7 @@ def _train_cells(tmp_path: Path, grid: dict) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.slow
 def test_an_lr_sweep_trains_each_cell_at_its_lr_times_the_multiplier(tmp_path: Path) -> None:
     shipped = yaml.safe_load((REPO / "params.yaml").read_text())
     factor = shipped["scales"]["smoke"]["lr_multiplier"]["dp_sinkhorn"]
@@ -53,6 +54,7 @@ def test_an_lr_sweep_trains_each_cell_at_its_lr_times_the_multiplier(tmp_path: P
     assert all(s["steps"] == BUDGET and s["scale_overrides"]["lr"]["paper"] in (1e-5, 3e-5) for s in runs.values())
 
 
+@pytest.mark.slow
 def test_a_sigma_sweep_keeps_the_papers_trade_at_a_step_budget(tmp_path: Path) -> None:
     """Each cell spends the same epsilon 10; a larger sigma buys more steps, in the ratio the papers'
     way (steps derived from sigma) gives, and trains with a larger calibrated sigma."""

@@ -14,6 +14,9 @@ import yaml
 
 from tests.conftest import digits28_smoke_params, run_cli, venv_bin
 
+# slow; one xdist worker for the module: its module-scoped runs are computed once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep_train")]
+
 
 def _params(tmp_path: Path, grid: dict, *, steps: int, noise: str, together: bool = True) -> Path:
     p = digits28_smoke_params("dps_d28", steps, privacy_noise=noise)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth.evaluate.fid import FidStatistics
-from dpsynth.evaluate.metrics import reference_statistics
+from dpsynth.evaluate.metrics import _images_to_compute, reference_statistics
 
 
 class CountingExtractor:
@@ -70,3 +70,14 @@ def test_no_cache_dir_computes_every_time(tmp_path):
     reference_statistics(ex, images(20), None)
     reference_statistics(ex, images(20), None)
     assert ex.calls == 2
+
+
+def test_the_progress_total_counts_only_images_not_cached_once_each(tmp_path):
+    """The FID progress line's total is fixed before it starts (issue 46: it began at /400, then
+    counted /200 once the reference came from the cache)."""
+    ex = CountingExtractor()
+    ref, other = images(20), images(30, seed=1)
+    assert _images_to_compute(ex, [ref, other, ref], tmp_path) == 50  # the repeated set is computed once
+    reference_statistics(ex, ref, tmp_path)
+    assert _images_to_compute(ex, [ref, other], tmp_path) == 30 and ex.calls == 1
+    assert _images_to_compute(ex, [ref, other], None) == 50

@@ -83,3 +83,20 @@ def test_a_private_training_job_logs_steps_and_epsilon_but_not_its_loss(tmp_path
     assert with_eps, text[-2000:]
     assert not re.search(r"\bloss\b", "\n".join(m.string for m in lines)), "a private loss reached the log"
     assert "\r" not in text
+
+
+def test_no_eta_until_the_rate_is_measured(monkeypatch):
+    """Set-up before the first unit (loading data, building a network) is not work done: the ETA
+    waits for a measured rate, then counts from the first unit (issue 46: 'ETA 13h' for 5 minutes)."""
+    import types
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr("dpsynth.progress.time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    out = io.StringIO()
+    p = Progress(100, "w2noise x", stream=out, every=0)
+    clock.now = 600.0  # ten minutes of set-up
+    p.update()
+    assert "ETA" not in out.getvalue().splitlines()[-1]
+    clock.now = 601.0
+    p.update()
+    assert "| 1 step/s | ETA 1m38s" in out.getvalue().splitlines()[-1]  # 98 left at 1 step/s

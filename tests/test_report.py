@@ -311,6 +311,7 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     b = build_table("table1_mnist", params, tmp_path)
     f = b.frame
     assert len(f) == 9 and list(f["Method"])[0] == "Real data"
+    assert b.ours == 4 and len(b.runs) == 3  # "4 with our numbers": the real row counts (issue 46)
     dps = row(f, "Method", "DP-Sinkhorn")
     assert dps["LogReg (%) ours"] == "81.2 ± 0.5" and dps["LogReg (%) paper"] == "82.0"
     assert dps["FID ours"] == "100.0 ± 2.0" and dps["FID paper"] == "124.3"
@@ -437,7 +438,9 @@ def test_privacy_table_lists_every_convention(params: Any, tmp_path: Path) -> No
     write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY)
     write_metrics(tmp_path, "gswgan_mnist", privacy=GS_PRIVACY)
     write_metrics(tmp_path, "sinkhorn_mnist_nonprivate", privacy=NP_PRIVACY)
-    f = build_table("privacy", params, tmp_path).frame
+    b = build_table("privacy", params, tmp_path)
+    f = b.frame
+    assert b.ours == 3 and not b.runs
     gs = row(f, "Run", "gswgan_mnist")
     assert gs["ε as_published.rdp_classic"] == f"{GS_PRIVACY['epsilon']['as_published.rdp_classic']:.2f}"
     assert gs["ε sound.rdp_classic"] == "10.00"
@@ -457,7 +460,9 @@ def test_w2_noise_table(params: Any, tmp_path: Path) -> None:
     csv.parent.mkdir(parents=True)
     pd.DataFrame({"loss": ["entropic", "entropic", "exact"], "noise_std": [0.5, 0.5, 0.5], "w2": [1.0, 3.0, 4.0],
                   "w2_privatized_data": [9.0, 9.0, 9.0], "seed": [0, 1, 0]}).to_csv(csv, index=False)
-    f = build_table("local_privacy_w2", params, tmp_path).frame
+    b = build_table("local_privacy_w2", params, tmp_path)
+    f = b.frame
+    assert b.ours == 2  # two (loss, noise) rows measured; no sample grids
     ent = f[(f["Loss"] == "entropic") & (f["Noise σ"] == "0.5")].iloc[0]
     assert ent["W2 to clean data ours"] == "2.000 ± 1.000" and ent["n"] == "2"  # population std of {1, 3}
     assert f[f["Loss"] == "exact"].iloc[0]["W2 to clean data ours"] == "4.000 ± 0.000"

@@ -58,6 +58,9 @@ class Progress:
         self.fields: dict[str, Any] = {}
         self._start_n, self._t0 = initial, time.monotonic()
         self._last = self._t0
+        # The rate is measured from the first unit done, not from construction: set-up before it
+        # (loading data, building a network) would otherwise read as a slow rate and a wild ETA.
+        self._first: tuple[int, float] | None = None
         self._closed = False
         use_bar = bar if bar is not None else bool(getattr(self.stream, "isatty", lambda: False)())
         self._bar = None
@@ -75,6 +78,8 @@ class Progress:
             self._bar.set_postfix({k: _fmt(v) for k, v in fields.items()}, refresh=False)
 
     def update(self, n: int = 1) -> None:
+        if self._first is None:
+            self._first = (self.n + n, time.monotonic())
         self.n += n
         if self._bar is not None:
             self._bar.update(n)
@@ -85,7 +90,17 @@ class Progress:
             self._line()
 
     def rate(self) -> float:
-        return (self.n - self._start_n) / max(time.monotonic() - self._t0, 1e-9)
+        """Units per second since the first unit was done, once a later one is; until then the
+        average since the start (what the final line reports)."""
+        known = self.known_rate()
+        return known if known is not None else (self.n - self._start_n) / max(time.monotonic() - self._t0, 1e-9)
+
+    def known_rate(self) -> float | None:
+        """Units per second between the first unit done and now; None until a unit after the first
+        has been done (an ETA from less would be a guess)."""
+        if self._first is None or self.n <= self._first[0]:
+            return None
+        return (self.n - self._first[0]) / max(time.monotonic() - self._first[1], 1e-9)
 
     def line(self, status: str | None = None) -> str:
         """The text of a progress line now (also what a test reads)."""
@@ -94,9 +109,9 @@ class Progress:
             parts[0] += f" ({100.0 * self.n / self.total:.1f}%)"
         rate = self.rate()
         parts.append(f"{rate:.3g} {self.unit}/s")
-        if self.total and status is None:
-            left = self.total - self.n
-            parts.append(f"ETA {format_duration(left / rate) if rate > 0 else '?'}")
+        known = self.known_rate()
+        if self.total and status is None and known:  # no ETA until the rate is measured
+            parts.append(f"ETA {format_duration((self.total - self.n) / known)}")
         parts += [f"{k} {_fmt(v)}" for k, v in self.fields.items()]
         if status:
             parts.append(status)

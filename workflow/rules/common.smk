@@ -41,7 +41,8 @@ def _resolved(cfg: dict) -> tuple[Path, str]:
     ignores values it cannot represent (not str, int, list, ...), so jobs re-run on their
     fingerprint, not on the snapshot's name (tests/test_dvc.py holds it to that). Returns the
     snapshot's path and text; `onstart` below writes it."""
-    text = yaml.dump(cfg, Dumper=_PlainDumper, sort_keys=True)
+    # params.yaml's own order (not sorted): the report lists its tables in that order (Table 1 first)
+    text = yaml.dump(cfg, Dumper=_PlainDumper, sort_keys=False)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     header = ("# Written by Snakemake: params.yaml plus any --config/--configfile overrides, as validated\n"
               "# for this run. Every job of the run reads this file; edit params.yaml, not this.\n")

@@ -66,26 +66,53 @@ def reference_statistics(extractor: Any, ref: np.ndarray, cache_dir: str | Path 
     cache file that cannot be read (or does not match its key, or predates KID and holds no
     features) is recomputed and replaced.
     """
+    if cache_dir is None:
+        return extractor.statistics(ref, keep_features=True)
+    path = _reference_cache_path(extractor, ref, cache_dir)
+    st = cached_reference_statistics(extractor, ref, path)
+    if st is None:
+        st = extractor.statistics(ref, keep_features=True)
+        st.save(path)
+    return st
+
+
+def _reference_cache_path(extractor: Any, ref: np.ndarray, cache_dir: str | Path) -> Path:
+    """The cache file of ``ref``'s statistics: keyed on the exact bytes, the weights and the layer."""
+    h = hashlib.sha256(f"{ref.shape}|{ref.dtype}|{extractor.weights_sha256}|{extractor.feature_layer}|".encode())
+    h.update(np.ascontiguousarray(ref).tobytes())
+    return Path(cache_dir) / f"n{len(ref)}-{h.hexdigest()[:20]}.npz"
+
+
+def cached_reference_statistics(extractor: Any, ref: np.ndarray, path: Path) -> Any:
+    """The statistics cached at ``path`` when they are usable for ``ref``, else None (then they are
+    computed: unreadable, another key, or from before KID and without features)."""
     from dpsynth.errors import DataError
     from dpsynth.evaluate.fid import FidStatistics
 
+    if not path.is_file():
+        return None
+    try:
+        st = FidStatistics.load(path)
+    except DataError:
+        return None
+    if (st.n, st.weights_sha256, st.feature_layer) == (len(ref), extractor.weights_sha256, extractor.feature_layer) \
+            and st.features is not None and st.features.shape[0] == len(ref):
+        return st
+    return None
+
+
+def _images_to_compute(extractor: Any, cached_sets: list[np.ndarray], cache_dir: str | Path | None) -> int:
+    """How many images of ``cached_sets`` (each read through the cache) Inception will really see:
+    a set whose statistics are cached costs none, and a set that appears twice is computed once.
+    Known before the progress line starts, so its total never changes midway."""
     if cache_dir is None:
-        return extractor.statistics(ref, keep_features=True)
-    h = hashlib.sha256(f"{ref.shape}|{ref.dtype}|{extractor.weights_sha256}|{extractor.feature_layer}|".encode())
-    h.update(np.ascontiguousarray(ref).tobytes())
-    path = Path(cache_dir) / f"n{len(ref)}-{h.hexdigest()[:20]}.npz"
-    if path.is_file():
-        try:
-            st = FidStatistics.load(path)
-            if (st.n, st.weights_sha256, st.feature_layer) == (len(ref), extractor.weights_sha256,
-                                                               extractor.feature_layer) \
-                    and st.features is not None and st.features.shape[0] == len(ref):
-                return st
-        except DataError:
-            pass
-    st = extractor.statistics(ref, keep_features=True)
-    st.save(path)
-    return st
+        return sum(len(a) for a in cached_sets)
+    todo: dict[Path, int] = {}
+    for a in cached_sets:
+        path = _reference_cache_path(extractor, a, cache_dir)
+        if path not in todo:
+            todo[path] = 0 if cached_reference_statistics(extractor, a, path) is not None else len(a)
+    return sum(todo.values())
 
 
 def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: str = "test") -> dict[str, Any]:
@@ -204,17 +231,15 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
     train_ref = None if train_fid is None else real.x_train[:train_fid[1]]
     # the real row compares its real TEST images with the training split (cached: FID's own reference)
     real_gen = real.x_test[:train_fid[0]] if train_fid is not None and real_row else None
-    todo = len(ref) + sum(min(n_feat, len(x)) for x in sets) + sum(len(a) for a in (train_ref, real_gen)
-                                                                   if a is not None)
+    through_cache = [ref, *([x[:n_samples] for x in sets] if real_row else []),
+                     *(a for a in (real_gen, train_ref) if a is not None)]
+    todo = _images_to_compute(extractor, through_cache, cache_dir) + (
+        0 if real_row else sum(min(n_feat, len(x)) for x in sets))
     with Progress(todo, "fid inception", unit="image", bar=False) as bar:
         extractor.on_images = bar.update
 
         def cached(images: np.ndarray) -> Any:
-            before = bar.n
-            st = reference_statistics(extractor, images, cache_dir)
-            if bar.n == before:  # the statistics came from the cache
-                bar.total -= len(images)
-            return st
+            return reference_statistics(extractor, images, cache_dir)
 
         ref_stats = cached(ref)
         full = [cached(x[:n_samples]) if real_row else extractor.statistics(x[:n_feat], keep_features=True)

@@ -68,7 +68,7 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     built = build_tables(params, results_dir, store)  # every table validated before anything is written
     frame, notes = build_ledger(results_dir, store.runs())
     built[LEDGER] = BuiltTable(LEDGER, "Privacy ledger: every released model per dataset, composed",
-                               "ours (no paper counterpart)", frame, notes)
+                               "ours (no paper counterpart)", frame, notes, ours=len(frame))
     with contextlib.ExitStack() as stack:
         # Exits run in reverse: on success the figures are swapped in, then the tables; on any
         # exception both staging folders are deleted and the previous folders stay as they were.
@@ -76,10 +76,11 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
         figures_stage = tables_stage if same else stack.enter_context(staged_dir(figures_dir))
         for b in built.values():
             write_table(b, tables_stage, params.scale)
-            print(f"report: {b.name}: {len(b.frame)} rows ({len(b.runs)} with our runs) -> "
+            print(f"report: {b.name}: {len(b.frame)} rows ({b.ours} with our numbers) -> "
                   f"{tables_dir / b.name}.{{md,csv,tex}}")
         write_index(built, tables_stage, params.scale)
         written = make_figures(params, {k: b for k, b in built.items() if k != LEDGER}, results_dir, figures_stage,
                                store, models=Path(models))
-    print(f"report: {len(written)} figure files -> {figures_dir} ({time.perf_counter() - t0:.1f} s)")
+    print(f"report: {len(built)} tables -> {tables_dir} (start at {tables_dir / 'index.md'}), "
+          f"{len(written)} figure files -> {figures_dir} ({time.perf_counter() - t0:.1f} s)")
     return 0

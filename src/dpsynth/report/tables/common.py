@@ -29,6 +29,9 @@ class BuiltTable:
     notes: list[str] = field(default_factory=list)
     #: (label, experiment) of rows with our runs, for the sample-grid figure.
     runs: list[tuple[str, str]] = field(default_factory=list)
+    #: rows holding numbers of ours (real-data rows, W2 rows and privacy rows included): what the
+    #: report's "N with our numbers" counts, which ``runs`` (sample grids only) would undercount.
+    ours: int = 0
     #: grid tables: swept keys, and per row (key values, {metric: ours}, {metric: paper}).
     grid: dict[str, Any] | None = None
 

@@ -81,4 +81,5 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
         if rid not in matched:
             add({k: _fmt_key(v) for k, v in prow.key.items()}, None, None, rid)
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      [*_notes(rows_runs, [paper]), *_ours(table)], runs, grid={"keys": keys, "cells": cells})
+                      [*_notes(rows_runs, [paper]), *_ours(table)], runs, grid={"keys": keys, "cells": cells},
+                      ours=sum(run is not None for _, run in rows_runs))

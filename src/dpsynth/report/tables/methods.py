@@ -79,4 +79,4 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     notes = [*_notes(rows_runs, papers, fid=False), *gswgan_notes(rows_runs, real_run, real_name)] if gswgan \
         else _notes(rows_runs, papers, small_n=True)
     return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), [*notes, *_ours(table)],
-                      runs)
+                      runs, ours=sum(run is not None for _, run in rows_runs))

@@ -88,4 +88,5 @@ def _privacy_table(name: str, table: Table, params: Params, store: RunStore) -> 
              "accounting, comparable with its epsilon 10); 'sound.*' counts a step as one release of the shard "
              "(the real guarantee, docs/deviations.md row 8). rdp_classic is the papers' RDP-to-DP conversion, "
              "rdp_modern the tighter one.", *_ours(table)]
-    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), notes)
+    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), notes,
+                      ours=sum(run is not None for run in runs.values()))

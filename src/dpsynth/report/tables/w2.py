@@ -124,4 +124,5 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
                         f"{local.mechanism} ε={local.epsilon:g}" + (f" δ={local.delta:g}" if local.delta else ""),
                         "W2 to clean data ours": cell, "W2 paper": paper_cell, "n": "1" if run else "0"})
     frame = pd.DataFrame.from_records(records).fillna(NOT_APPLICABLE)
-    return BuiltTable(name, table.title, table.paper, frame, notes)
+    return BuiltTable(name, table.title, table.paper, frame, notes,
+                      ours=sum(r.get("n", "0") != "0" for r in records))

@@ -120,10 +120,11 @@ def digits28_smoke_params(experiment: str, steps: int, **top: object) -> dict:
     return p
 
 
-def _shared_dir(tmp_path_factory, worker_id: str) -> Path:  # type: ignore[no-untyped-def]
-    """The session's temporary folder that every xdist worker sees (each has its own below it)."""
+def _shared_dir(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The session's temporary folder that every xdist worker sees (each has its own below it). From the
+    environment, not xdist's ``worker_id`` fixture: that one is missing under ``pytest -p no:xdist``."""
     base = tmp_path_factory.getbasetemp()
-    return base if worker_id == "master" else base.parent
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 NEEDS_SMOKE_RUNS = ("smoke_pipelines", "smoke_snakemake")
@@ -147,7 +148,7 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _smoke_runs_in_background(request, tmp_path_factory, worker_id) -> None:  # type: ignore[no-untyped-def]
+def _smoke_runs_in_background(request, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     """Start the shared smoke runs (tests/pipelines.py) as the session starts, when a selected test
     reads them (its fixtures, or the mark ``smoke_runs`` for one that asks for them later): they run
     beside the other tests instead of holding a worker (stopped by pytest_sessionfinish if unfinished)."""
@@ -155,7 +156,7 @@ def _smoke_runs_in_background(request, tmp_path_factory, worker_id) -> None:  # 
 
     wanted = any(_reads_smoke_runs(item) for item in request.session.items)
     if wanted and FASHION_DIR.is_dir():
-        start_smoke_runs(smoke_base(_shared_dir(tmp_path_factory, worker_id)))
+        start_smoke_runs(smoke_base(_shared_dir(tmp_path_factory)))
 
 
 def pytest_sessionfinish(session) -> None:  # type: ignore[no-untyped-def]
@@ -170,25 +171,25 @@ def pytest_sessionfinish(session) -> None:  # type: ignore[no-untyped-def]
         stop_smoke_runs(smoke_base(factory.getbasetemp()))
 
 
-def _smoke_run(tmp_path_factory, worker_id: str, runner: str):  # type: ignore[no-untyped-def]
+def _smoke_run(tmp_path_factory, runner: str):  # type: ignore[no-untyped-def]
     from tests.pipelines import smoke_base, wait_for_smoke_run
 
     require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
-    return wait_for_smoke_run(smoke_base(_shared_dir(tmp_path_factory, worker_id)), runner)
+    return wait_for_smoke_run(smoke_base(_shared_dir(tmp_path_factory)), runner)
 
 
 @pytest.fixture(scope="session")
-def smoke_snakemake(tmp_path_factory, worker_id) -> Path:  # type: ignore[no-untyped-def]
+def smoke_snakemake(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     """The workspace of the shared smoke pipeline's Snakemake run, once it has finished (read-only)."""
-    return _smoke_run(tmp_path_factory, worker_id, "snakemake")[0]
+    return _smoke_run(tmp_path_factory, "snakemake")[0]
 
 
 @pytest.fixture(scope="session")
-def smoke_pipelines(tmp_path_factory, worker_id):  # type: ignore[no-untyped-def]
+def smoke_pipelines(tmp_path_factory):  # type: ignore[no-untyped-def]
     """The smoke pipeline (with GS-WGAN) run once by Snakemake and once by `dvc repro` this session,
     for every test that inspects a finished pipeline (tests/pipelines.py), once both have finished.
     Read-only: copy a workspace before changing it."""
     from tests.pipelines import SmokePipelines
 
-    (sm, sm_log), (dv, dv_log) = (_smoke_run(tmp_path_factory, worker_id, r) for r in ("snakemake", "dvc"))
+    (sm, sm_log), (dv, dv_log) = (_smoke_run(tmp_path_factory, r) for r in ("snakemake", "dvc"))
     return SmokePipelines(sm, dv, sm_log, dv_log)

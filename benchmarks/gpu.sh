@@ -118,7 +118,7 @@ echo "== (a) step benchmark and batched sweep on $DEVICE" >&2
 
 echo "== (b) train slice: $EXPERIMENT at scale $SCALE, $SLICE_STEPS steps on $DEVICE" >&2
 TRAIN=("$PY" -m dpsynth.cli train "$EXPERIMENT" --params "$WORK/params.yaml" --device "$DEVICE"
-       --out "$WORK/models" --private-out "$WORK/private" --no-progress --max-steps-this-run "$SLICE_STEPS")
+       --out "$WORK/models" --private-out "$WORK/private" --no-progress --max-steps-this-run "$SLICE_STEPS" --json)
 "${TRAIN[@]}" > "$WORK/train_stdout.txt"
 "$PY" "$REPO/benchmarks/gpu_summary.py" slice --train-stdout "$WORK/train_stdout.txt" \
   --steps-requested "$SLICE_STEPS" --device "$DEVICE" --scale "$SCALE" "${DRY_FLAG[@]}" \

@@ -80,7 +80,7 @@ def make_params(template: Path, mode: str, data_root: Path, out: Path, experimen
 
 
 def _last_json_object(text: str, source: str) -> dict[str, Any]:
-    """The summary `dpsynth train` prints last (indented JSON starting with a line '{')."""
+    """The summary `dpsynth train --json` prints last (indented JSON starting with a line '{')."""
     starts = [i for i, line in enumerate(text.splitlines()) if line.startswith("{")]
     lines = text.splitlines()
     for i in reversed(starts):

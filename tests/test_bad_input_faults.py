@@ -32,7 +32,7 @@ PRIVACY = MODELS / "privacy.json"
 SUMMARY = MODELS / "train_summary.json"
 CKPT = Path("private/runs") / EXP / "checkpoint.pt"
 SYNTH = Path("data/synthetic") / EXP
-TRAIN = ["train", EXP, "--device", "cpu", "--no-progress", "--checkpoint-every", "2"]
+TRAIN = ["train", EXP, "--device", "cpu", "--no-progress", "--checkpoint-every", "2", "--json"]
 
 
 def _params() -> dict:

@@ -215,7 +215,7 @@ def test_privatize_and_train_through_the_cli(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = run_cli("train", "ew", "--params", str(pfile), "--out", str(tmp_path / "models"), "--private-out",
                 str(tmp_path / "private"), "--device", "cpu",
-                "--no-progress")
+                "--no-progress", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["steps"] == 20 and summary["epsilon"] == 5.0

@@ -25,7 +25,7 @@ from dpsynth.locations import LOCK_FILE, RunLock
 from tests.conftest import REPO, digits28_smoke_params, require, run_cli
 
 EXP = "dps_digits"
-TRAIN = ["train", EXP, "--device", "cpu", "--no-progress"]
+TRAIN = ["train", EXP, "--device", "cpu", "--no-progress", "--json"]
 
 
 def _one_line_failure(rc: int, err: str) -> str:

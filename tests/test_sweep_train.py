@@ -95,7 +95,7 @@ def test_each_cell_is_released_by_its_own_train_job_without_training(together_an
     # released: a second train is a no-op, and the group's own checkpoint is gone
     again = run_cli("train", "sw-m0", "--params", str(together_and_alone["params"]), "--no-progress",
                     *_dirs(tmp / "together"))
-    assert again.returncode == 0 and '"already_done": true' in again.stdout
+    assert again.returncode == 0 and again.stdout.startswith("train sw-m0: already done"), again.stdout
     assert not list((tmp / "together" / "private" / "sweep_groups" / "sw").glob("*.pt"))
 
 
@@ -106,8 +106,8 @@ def test_secret_noise_is_drawn_per_run_and_cells_of_two_p_values_form_two_groups
     params = _params(tmp_path, {"p": [0.2, 0.5]}, steps=4, noise="secret")
     runs = []
     for k in range(2):
-        r = run_cli("train-sweep", "sw", "--params", str(params), "--no-progress", *_dirs(tmp_path / f"run{k}"),
-                    timeout=600)
+        r = run_cli("train-sweep", "sw", "--params", str(params), "--no-progress", "--json",
+                    *_dirs(tmp_path / f"run{k}"), timeout=600)
         assert r.returncode == 0, r.stderr
         groups = {v["trained_together"] for v in json.loads(r.stdout)["cells"].values()}
         assert groups == {"group0", "group1"}

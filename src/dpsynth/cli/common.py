@@ -21,7 +21,7 @@ from dpsynth.stages.common import DEFAULT_PARAMS, DEVICE_HELP
 if TYPE_CHECKING:
     from dpsynth.config import Params
 
-__all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_params_arg", "int_at_least", "params_from_args", "params_path",
+__all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_json_arg", "add_params_arg", "int_at_least", "params_from_args", "params_path",
            "positive_int", "seed_arg"]
 
 
@@ -30,6 +30,12 @@ def add_params_arg(p: argparse.ArgumentParser) -> None:
                    help=f"parameters file (default: ./{DEFAULT_PARAMS} when present)")
     p.add_argument("--scale", choices=("smoke", "quick", "paper"), default=None,
                    help="override the scale in the parameters file")
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    """``--json``: the stage's record on stdout instead of its one human line (``stages.common.finish``)."""
+    p.add_argument("--json", action="store_true",
+                   help="print the stage's record as JSON instead of one line saying what was written where")
 
 
 def params_from_args(args: argparse.Namespace, required: bool = True) -> Params | None:

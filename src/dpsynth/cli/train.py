@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import argparse
 
-from dpsynth.cli.common import DEVICE_HELP, add_params_arg, params_path, positive_int, seed_arg
+from dpsynth.cli.common import DEVICE_HELP, add_json_arg, add_params_arg, params_path, positive_int, seed_arg
 from dpsynth.stages.train import run_train, run_train_sweep
 
 
 def _train(args: argparse.Namespace) -> int:
     return run_train(args.experiment, out=args.out, private_out=args.private_out, params_file=params_path(args),
                      scale=args.scale, seed=args.seed, device=args.device, progress=not args.no_progress,
-                     checkpoint_every=args.checkpoint_every, max_steps_this_run=args.max_steps_this_run)
+                     checkpoint_every=args.checkpoint_every, max_steps_this_run=args.max_steps_this_run,
+                     as_json=args.json)
 
 
 def _train_sweep(args: argparse.Namespace) -> int:
     return run_train_sweep(args.sweep, out=args.out, private_out=args.private_out, params_file=params_path(args),
                            scale=args.scale, device=args.device, progress=not args.no_progress,
-                           forward_mode=args.forward_mode)
+                           forward_mode=args.forward_mode, as_json=args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps-this-run", type=positive_int, default=None, metavar="N",
                    help="stop after N steps of this run, for timed slices and benchmarks: the run "
                         "checkpoints (nothing is released) and a later `dpsynth train` resumes it")
+    add_json_arg(p)
     p.set_defaults(func=_train)
 
     s = sub.add_parser("train-sweep", help="train a sweep's cells together on one device (sweeps.<name>.train_together)")
@@ -52,4 +54,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-progress", action="store_true", help="no progress lines")
     s.add_argument("--forward-mode", choices=("auto", "vmap", "loop"), default="auto",
                    help="stacked generator forward: vmap (grouped convolutions, GPU) or loop (CPU); auto picks")
+    add_json_arg(s)
     s.set_defaults(func=_train_sweep)

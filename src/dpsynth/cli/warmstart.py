@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 
-from dpsynth.cli.common import DEVICE_HELP, add_params_arg, params_path, seed_arg
+from dpsynth.cli.common import DEVICE_HELP, add_json_arg, add_params_arg, params_path, seed_arg
 from dpsynth.stages.warmstart import run_warmstart
 
 
 def _warmstart(args: argparse.Namespace) -> int:
     return run_warmstart(args.experiment, private_out=args.private_out, params_file=params_path(args),
                          scale=args.scale, seed=args.seed, device=args.device, progress=not args.no_progress,
-                         chunk=args.chunk, compare_loop=args.compare_loop, print_path=args.print_path)
+                         chunk=args.chunk, compare_loop=args.compare_loop, print_path=args.print_path,
+                         as_json=args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,4 +37,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="first time STEPS iterations batched vs one critic at a time (recorded in warmstart.json)")
     p.add_argument("--print-path", action="store_true", help="print the warm-start directory and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json_arg(p)
     p.set_defaults(func=_warmstart)

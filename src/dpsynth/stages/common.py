@@ -8,6 +8,7 @@ Importing this module must stay cheap (the CLI imports it to build its parser): 
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
 
 #: The parameters file a stage reads when none is named.
 DEFAULT_PARAMS = "params.yaml"
+
+
+def finish(line: str, record: object, as_json: bool = False) -> None:
+    """A stage's last output: one line a person reads, saying what was written where -- or, with
+    ``--json``, the record as JSON for a script. The full record is also in the stage's own file
+    (``train_summary.json``, ``warmstart.json``, ...): dozens of JSON lines on a terminal hid where
+    the result went (issue 46)."""
+    print(json.dumps(record, indent=2, sort_keys=True, default=str) if as_json else line, flush=True)
 
 
 def unknown_experiment_message(name: str, known: Iterable[str], source: str = DEFAULT_PARAMS) -> str:

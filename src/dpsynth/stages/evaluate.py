@@ -95,6 +95,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
               + (f"{ft['mean']:.2f}" if ft["available"] else f"unavailable ({ft.get('reason')})")
               + f", Avg Acc {gs['accuracy']['avg']['mean']:.3f} over {len(gs['accuracy']['models'])} models; "
               + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
+    print(f"{record.experiment}: scores -> {out} (the report reads them)", flush=True)
     return 0
 
 

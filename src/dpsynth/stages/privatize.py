@@ -20,12 +20,11 @@ two reproducible runs the same bytes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import ConfigError
-from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
+from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -94,11 +93,15 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     return report
 
 
-def run_privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> int:
-    """The stage: privatize ``experiment`` with torch's threads pinned, print the report's headline."""
+def run_privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS, as_json: bool = False) -> int:
+    """The stage: privatize ``experiment`` with torch's threads pinned, say what was written where
+    (``as_json``: the report's headline as JSON)."""
     prepare_cpu(params)
     report = privatize(params, experiment, source)
     keys = ("experiment", "mechanism", "epsilon", "epsilon_paper_convention", "delta", "radius",
             "noise_scale", "num_records", "dim")
-    print(json.dumps({k: report[k] for k in keys}, indent=2))
+    npz_path, json_path = privatized_paths(Path(params.data.root), experiment)
+    finish(f"privatize {experiment}: {report['num_records']} records, {report['mechanism']} epsilon "
+           f"{report['epsilon']:.4g} (the paper's convention: {report['epsilon_paper_convention']:.4g}) -> "
+           f"{npz_path} (+ {json_path.name}, the local privacy report)", {k: report[k] for k in keys}, as_json)
     return 0

@@ -9,13 +9,12 @@ releases under its per-run lock (``RunLock`` on its private run directory); the 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import DpsynthError, did_you_mean
-from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment, resolve_device
+from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext
@@ -88,8 +87,10 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
 
 def run_train(experiment: str, *, out: str | None, private_out: str | None, params_file: str = DEFAULT_PARAMS,
               scale: str | None = None, seed: int | None = None, device: str = "auto", progress: bool = True,
-              checkpoint_every: int | None = None, max_steps_this_run: int | None = None) -> int:
-    """The stage: train ``experiment`` (or find it done) under its lock, release it, print the summary."""
+              checkpoint_every: int | None = None, max_steps_this_run: int | None = None,
+              as_json: bool = False) -> int:
+    """The stage: train ``experiment`` (or find it done) under its lock, release it, and say what
+    happened in one line (``as_json``: the summary as JSON)."""
     from dpsynth.locations import RunLock
     from dpsynth.methods.context import SUMMARY_FILE
 
@@ -102,8 +103,27 @@ def run_train(experiment: str, *, out: str | None, private_out: str | None, para
     trainer = ctx.experiment.spec.load_trainer()
     with RunLock(ctx.private_dir, f"experiment {ctx.name}"):
         summary = _run_locked(ctx, trainer)
-    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    finish(train_message(ctx, summary), summary, as_json)
     return 0
+
+
+def train_message(ctx: TrainContext, summary: dict) -> str:
+    """The one line a person reads at the end of `dpsynth train`: released, already done, or a
+    slice that kept its checkpoint and released nothing."""
+    from dpsynth.methods.context import SUMMARY_FILE
+    from dpsynth.progress import format_duration
+
+    name, steps, total = ctx.name, summary["steps"], summary["total_steps"]
+    if summary.get("already_done"):
+        return (f"train {name}: already done ({steps} steps; {ctx.generator_path} matches its checkpoint), "
+                "nothing trained")
+    took = f"{summary['steps_this_run']} steps in {format_duration(summary['wall_seconds'])}"
+    if not summary["finished"]:
+        return (f"train {name}: stopped as asked after {took} (--max-steps-this-run), at step {steps}/{total}; "
+                f"checkpoint kept in {ctx.checkpoint_path}, nothing released; run the same command to go on")
+    resumed = f", resumed from step {summary['resumed_from']}" if summary.get("resumed_from") else ""
+    return (f"train {name}: done, {took}{resumed} ({steps}/{total}) -> {ctx.generator_path}, "
+            f"{ctx.privacy_path.name} and {SUMMARY_FILE} beside it")
 
 
 def _run_locked(ctx: TrainContext, trainer: Any) -> dict:
@@ -126,7 +146,7 @@ def _run_locked(ctx: TrainContext, trainer: Any) -> dict:
 
 def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None,
                     params_file: str = DEFAULT_PARAMS, scale: str | None = None, device: str = "auto",
-                    progress: bool = True, forward_mode: str = "auto") -> int:
+                    progress: bool = True, forward_mode: str = "auto", as_json: bool = False) -> int:
     """Train a sweep's cells together (``sweeps.<name>.train_together``): every cell without a
     finished checkpoint, one batched sweep per shape group, each cell's finished checkpoint left
     where its own `dpsynth train` job releases it from. Writes PRIVATE/sweeps/<name>/group.json,
@@ -157,11 +177,19 @@ def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None
         _train_cells_together(sweep_name, sweep, cells, summaries, out=out, private_out=private_out,
                               params_file=params_file, scale=scale, device=device, progress=progress,
                               forward_mode=forward_mode)
-    write_json(Path(private_out) / "sweeps" / sweep_name / "group.json", {
-        "sweep": sweep_name, "mode": "together" if sweep.train_together else "alone",
-        "trained_together": sorted(k for k, v in summaries.items() if "trained_together" in v)})
-    print(json.dumps({"sweep": sweep_name, "train_together": sweep.train_together, "cells": summaries or cells},
-                     indent=2, sort_keys=True, default=str))
+    group = Path(private_out) / "sweeps" / sweep_name / "group.json"
+    trained = sorted(k for k, v in summaries.items() if "trained_together" in v)
+    write_json(group, {"sweep": sweep_name, "mode": "together" if sweep.train_together else "alone",
+                       "trained_together": trained})
+    if not sweep.train_together:
+        line = f"train-sweep {sweep_name}: its {len(cells)} cells train alone (train_together is off) -> {group}"
+    else:
+        done = len(summaries) - len(trained)
+        line = (f"train-sweep {sweep_name}: {len(trained)} of {len(cells)} cells trained together"
+                + (f", {done} already trained" if done else "")
+                + f"; their checkpoints in {Path(private_out) / 'runs'}/<cell>/, released by each cell's "
+                  f"`dpsynth train` -> {group}")
+    finish(line, {"sweep": sweep_name, "train_together": sweep.train_together, "cells": summaries or cells}, as_json)
     return 0
 
 

@@ -17,13 +17,13 @@ import json
 import time
 
 from dpsynth.errors import ConfigError
-from dpsynth.stages.common import DEFAULT_PARAMS
+from dpsynth.stages.common import DEFAULT_PARAMS, finish
 from dpsynth.stages.train import DEFAULT_OUT, build_context
 
 
 def run_warmstart(experiment: str, *, private_out: str, params_file: str = DEFAULT_PARAMS, scale: str | None = None,
                   seed: int | None = None, device: str = "auto", progress: bool = True, chunk: int | None = None,
-                  compare_loop: int = 0, print_path: bool = False) -> int:
+                  compare_loop: int = 0, print_path: bool = False, as_json: bool = False) -> int:
     """The stage: train the critics of ``experiment``'s warm start (or, ``print_path``, print where they go)."""
     from dpsynth.methods.gs_wgan import validate, warmstart_location
     from dpsynth.methods.gswgan_critics import (
@@ -33,7 +33,7 @@ def run_warmstart(experiment: str, *, private_out: str, params_file: str = DEFAU
         save_critics,
         warm_start,
     )
-    from dpsynth.progress import Progress
+    from dpsynth.progress import Progress, format_duration
 
     # A warm start writes only under private_out (out is unused: nothing is released) and has no checkpoints.
     ctx = build_context(experiment, out=DEFAULT_OUT, private_out=private_out, params_file=params_file, scale=scale,
@@ -64,6 +64,9 @@ def run_warmstart(experiment: str, *, private_out: str, params_file: str = DEFAU
         bar.close()
     info.update(run)
     path = save_critics(directory, bank, shards, settings, data_fingerprint(x, y), info)
-    print(json.dumps({"experiment": ctx.name, "critics": str(path), "settings": settings,
-                      "wall_seconds": round(time.perf_counter() - t0, 2), **info}, indent=2, default=str))
+    seconds = time.perf_counter() - t0
+    finish(f"warmstart {ctx.name}: {settings['n_critics']} critics x {settings['warmup_steps']} steps in "
+           f"{format_duration(seconds)} -> {path} (+ warmstart.json; trained without noise: private, never release)",
+           {"experiment": ctx.name, "critics": str(path), "settings": settings, "wall_seconds": round(seconds, 2),
+            **info}, as_json)
     return 0

@@ -6,7 +6,7 @@ the job's own wall-clock, CPU time and peak memory, measured where the job ran (
 Those give the cost per stage; only Snakemake's log (``.snakemake/log/<date>.snakemake.log``, or
 its console output), which stamps every job's start and finish, gives the run's elapsed time:
 
-    python scripts/stage-times.py                       # benchmarks/jobs + the newest .snakemake/log
+    python scripts/stage-times.py                       # benchmarks/jobs + the newest .snakemake/log of a run
     python scripts/stage-times.py run.log --jobs        # also one line per job
     python scripts/stage-times.py --benchmarks DIR run.log --json out.json
     python scripts/stage-times.py run.log --log-only    # from the log alone (runs before benchmarks)
@@ -61,6 +61,16 @@ def parse(text: str) -> list[dict[str, Any]]:
     for j in out:
         j["seconds"] = (j["end"] - j["start"]).total_seconds() if j["end"] else None
     return [j for j in out if j["rule"] != "all"]
+
+
+def newest_run_log(logs: list[Path]) -> Path | None:
+    """The newest of ``logs`` (sorted oldest first) that records a job: `make run` ends with
+    `snakemake --report`, whose log runs no job, so the newest log alone would leave the run's
+    elapsed time unknown. None without logs; the newest when none records a job."""
+    for log in reversed(logs):
+        if parse(log.read_text(errors="replace")):
+            return log
+    return logs[-1] if logs else None
 
 
 def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -251,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if not logs and root is None:
             print("stage-times: no .snakemake/log/*.snakemake.log here; pass a log file", file=sys.stderr)
             return 2
-        log = logs[-1] if logs else None
+        log = newest_run_log(logs)
     if log is not None and not log.is_file():
         print(f"stage-times: {log}: no such file", file=sys.stderr)
         return 2

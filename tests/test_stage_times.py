@@ -72,6 +72,17 @@ def test_cli_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     assert st.main([str(tmp_path / "missing.log")]) == 2
 
 
+def test_the_default_log_is_the_newest_that_ran_jobs(tmp_path, capsys, monkeypatch):
+    """`make run` ends with `snakemake --report`, whose log runs no job: the run's log is the one before."""
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / ".snakemake" / "log"
+    logs.mkdir(parents=True)
+    (logs / "2026-11-26T070000.000000.snakemake.log").write_text(LOG)
+    (logs / "2026-11-26T073000.000000.snakemake.log").write_text("Building DAG of jobs...\nCreating report...\n")
+    assert _module().main([]) == 0
+    assert "wall-clock 2:09" in capsys.readouterr().out
+
+
 # Two rules as the pipeline declares them: a wildcard rule (two short jobs) and a rule without
 # wildcards that burns CPU long enough for Snakemake's first samples (every 0.5 s) to see it.
 SNAKEFILE = """

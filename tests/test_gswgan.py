@@ -311,3 +311,13 @@ def test_paper_sigma_is_held_to_the_sound_accountant():
     sigma, steps, guard, schedule = privacy_schedule(ctx(370.0), 1000)
     assert schedule == "sound" and 19_000 <= steps <= 21_000 and guard.budget == steps
     assert acc.gswgan_epsilon(1.07, 1000, 32, steps, 1e-5)["sound"]["rdp_classic"] <= 370.0
+
+
+def test_a_scale_that_cuts_the_critics_says_so_in_scale_overrides() -> None:
+    """The quick scale's 10 critics warmed up for 20 steps (the paper: 1,000 and 2,000) reach
+    train_summary.json's scale_overrides, and from there the tables' notes (issue 46)."""
+    from dpsynth.methods.gs_wgan import warm_start_overrides
+
+    assert warm_start_overrides({"n_critics": 10, "warmup_steps": 20}) == {
+        "n_critics": {"paper": 1000, "this_scale": 10}, "warmup_steps": {"paper": 2000, "this_scale": 20}}
+    assert warm_start_overrides({"n_critics": 1000, "warmup_steps": 2000}) == {}

@@ -32,6 +32,8 @@ from dpsynth.methods.artifacts import release_meta
 from dpsynth.methods.checkpoint import rng_state, set_rng_state
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.gswgan_critics import (
+    PAPER_N_CRITICS,
+    PAPER_WARMUP_STEPS,
     CriticBank,
     check_finite,
     critic_settings,
@@ -263,8 +265,19 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     sanitizer = PerSampleSanitizer(h.clip, sigma, h.batch_size, generator=gens["noise"]) if private else None
     stepper = GSWGANStepper(ctx, G, G_ema, opt, bank, torch.from_numpy(shards_np).to(dev), gens, sanitizer, arch,
                             lambda steps: final_report(ctx, sigma, steps, n_d, schedule, settings))
+    overrides = warm_start_overrides(settings)
     return run_training(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma,
-                        extra={"n_critics": n_d, "schedule": schedule})
+                        extra={"n_critics": n_d, "schedule": schedule,
+                               **({"scale_overrides": overrides} if overrides else {})})
+
+
+def warm_start_overrides(settings: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The critic count and warm-up a scale cut (``scales.<scale>.n_critics`` / ``warmup_steps``), as
+    ``scale_overrides`` entries: they are GS-WGAN's biggest cut at the quick scale (10 critics, not
+    1,000, which forces a large sigma for the sound epsilon), so the tables' notes must say so."""
+    return {key: {"paper": paper, "this_scale": int(settings[key])}
+            for key, paper in (("n_critics", PAPER_N_CRITICS), ("warmup_steps", PAPER_WARMUP_STEPS))
+            if int(settings[key]) != paper}
 
 
 def final_report(ctx: TrainContext, sigma: float | None, steps: int, n_d: int, schedule: str,

@@ -136,7 +136,8 @@ def _run_locked(ctx: TrainContext, trainer: Any) -> dict:
     summary = trainer(ctx)
     summary["wall_seconds"] = round(time.perf_counter() - t0, 2)
     summary["scale"] = ctx.scale
-    summary["scale_overrides"] = ctx.scale_overrides
+    # the hyperparameters the scale changed, plus what a method reports it cut (GS-WGAN's critics)
+    summary["scale_overrides"] = {**ctx.scale_overrides, **summary.get("scale_overrides", {})}
     summary["hparams"] = ctx.experiment.hparams.model_dump(mode="json")  # as run, after the scale's overrides
     if summary["finished"] and not summary["already_done"]:  # every method returns loop.TrainResult
         with writing_to(ctx.out_dir / SUMMARY_FILE):

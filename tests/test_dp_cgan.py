@@ -204,3 +204,71 @@ def test_sampled_images_are_conditional_28x28_in_unit_range(tmp_path: Path) -> N
     with torch.no_grad():
         x, y = G.sample(5, torch.Generator().manual_seed(0))
     assert x.shape == (5, 1, 28, 28) and y is not None and 0 <= float(x.min()) and float(x.max()) <= 1
+
+
+def test_the_discriminator_steps_on_the_sanitized_gradient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D's update is exactly -lr x (the sanitizer's release for the real records + the clipped mean of
+    the fake rows), the two outputs the sanitizer handed back this step: the sanitizer running while D
+    steps on the clean real gradient would pass every other test. With C tiny every real row is
+    clipped, so the clean gradient is far from the sanitized one."""
+    ctx = _ctx(tmp_path, privacy={"epsilon": 10, "delta": 1e-5}, steps=2, clip=0.01)
+    seen: dict[str, Any] = {"steps": []}
+    release, clip_mean, step = (PerExampleGradSanitizer.release, PerExampleGradSanitizer.clip_mean,
+                                dp_cgan.DPCGANStepper.step)
+
+    def spy_release(self: PerExampleGradSanitizer, rows: torch.Tensor) -> torch.Tensor:
+        seen["released"] = release(self, rows)
+        return seen["released"]
+
+    def spy_clip_mean(self: PerExampleGradSanitizer, rows: torch.Tensor) -> torch.Tensor:
+        seen["fake"] = clip_mean(self, rows)
+        return seen["fake"]
+
+    def spy_step(self: dp_cgan.DPCGANStepper) -> dict[str, Any]:
+        before = torch.cat([p.detach().reshape(-1) for p in self.D.parameters()]).clone()
+        lr = self.d_lr_at(self.steps_done)
+        out = step(self)
+        after = torch.cat([p.detach().reshape(-1) for p in self.D.parameters()])
+        seen["steps"].append((before, after, lr, seen.pop("released"), seen.pop("fake")))
+        return out
+
+    monkeypatch.setattr(PerExampleGradSanitizer, "release", spy_release)
+    monkeypatch.setattr(PerExampleGradSanitizer, "clip_mean", spy_clip_mean)
+    monkeypatch.setattr(dp_cgan.DPCGANStepper, "step", spy_step)
+    assert dp_cgan.train(ctx)["finished"]
+    assert len(seen["steps"]) == 2
+    for before, after, lr, released, fake in seen["steps"]:
+        torch.testing.assert_close(after, before - lr * (released + fake), rtol=0, atol=1e-6)
+
+
+def test_a_failed_release_is_redone_without_spending_a_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while writing generator.pt, after the last step: the trained state is already in the
+    checkpoint, so the rerun re-releases it -- no step trained, the guard's count unchanged -- and the
+    release is the one an uninterrupted run makes."""
+    import errno
+
+    from dpsynth.methods import loop
+
+    privacy, noise = {"epsilon": 10, "delta": 1e-5}, NoiseSource("reproducible", 3)
+    clean = dp_cgan.train(_ctx(tmp_path / "clean", privacy=privacy, steps=4, noise=noise))
+    real_save = loop.save_generator
+
+    def disk_full(path: Path, *a: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(loop, "save_generator", disk_full)
+    ctx = _ctx(tmp_path / "full", privacy=privacy, steps=4, noise=noise)
+    with pytest.raises(OSError, match="No space left"):
+        dp_cgan.train(ctx)
+    assert not ctx.generator_path.exists() and not ctx.privacy_path.exists()
+    monkeypatch.setattr(loop, "save_generator", real_save)
+    steps_run: list[int] = []
+    step = dp_cgan.DPCGANStepper.step
+    monkeypatch.setattr(dp_cgan.DPCGANStepper, "step", lambda self: steps_run.append(1) or step(self))
+    again = dp_cgan.train(_ctx(tmp_path / "full", privacy=privacy, steps=4, noise=noise))
+    assert again["finished"] and again["resumed_from"] == 4 and again["steps_this_run"] == 0 and steps_run == []
+    assert torch.load(ctx.checkpoint_path, weights_only=False)["guard"]["steps_spent"] == 4
+    assert again["epsilon"] == clean["epsilon"]
+    a = torch.load(tmp_path / "clean/generator.pt", weights_only=True)["state_dict"]
+    b = torch.load(ctx.generator_path, weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

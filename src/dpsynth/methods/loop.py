@@ -13,8 +13,9 @@ the loop does, in this one order for every method:
    without central DP);
 4. checkpoints on the cadence and on SIGTERM (then ``Preempted``); an early stop on purpose
    (``max_steps_this_run``) checkpoints and returns ``finished: False``;
-5. the release: generator, public log, privacy report, then the finished checkpoint that
-   records the generator's hash.
+5. the release: a checkpoint of the trained state, then generator, public log, privacy report,
+   then the finished checkpoint that records the generator's hash (a failed release -- a full
+   disk -- is redone from the first by the next run, which trains no step).
 
 Every method returns the same :class:`TrainResult`.
 """
@@ -172,6 +173,11 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
         save(step)
         return result.to_dict()
 
+    # The trained state first, then the release: a release that fails (a full disk while writing
+    # generator.pt) leaves this checkpoint, and the rerun re-releases from it without a step. A run
+    # that trained nothing (a re-release) keeps the checkpoint it loaded as it is.
+    if state is None or step > steps_start:
+        save(step)
     rel = stepper.release(step)
     rel.report.noise = ctx.noise.describe()
     save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)

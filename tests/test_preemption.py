@@ -67,7 +67,7 @@ def _params() -> dict:
 
 
 def _cmd(out: str, *extra: str) -> list[str]:
-    return ["train", EXP, "--params", "params.yaml", "--out", out, "--private-out", f"{out}/private", "--device", "cpu",
+    return ["train", EXP, "--params", "params.yaml", "--out", out, "--private-out", f"{out}.private", "--device", "cpu",
             "--checkpoint-every", str(EVERY), *extra]
 
 
@@ -94,8 +94,8 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 240
 
 
 def _private(run_dir: Path) -> Path:
-    """Where `--private-out {out}/private` puts the run's checkpoint: {out}/private/runs/{experiment}."""
-    return run_dir.parent / "private" / "runs" / run_dir.name
+    """Where `--private-out {out}.private` puts the run's checkpoint: {out}.private/runs/{experiment}."""
+    return run_dir.parent.with_name(f"{run_dir.parent.name}.private") / "runs" / run_dir.name
 
 
 def _checkpoint_step(run_dir: Path) -> int:

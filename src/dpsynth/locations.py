@@ -24,7 +24,7 @@ from types import TracebackType
 
 from dpsynth.errors import DpsynthError
 
-__all__ = ["LOCK_FILE", "UNWRITABLE", "RunLock", "check_writable_dir", "unwritable_reason"]
+__all__ = ["LOCK_FILE", "UNWRITABLE", "RunLock", "check_apart", "check_writable_dir", "unwritable_reason"]
 
 LOCK_FILE = "run.lock"
 #: errno values that mean "this folder cannot be written" (the CLI reports them in one line).
@@ -73,6 +73,32 @@ def check_writable_dir(path: str | Path, option: str) -> Path:
     if reason is not None:
         raise DpsynthError(f"{option} {path}: {reason}; choose another folder (nothing was read or written)")
     return Path(path)
+
+
+def check_apart(private: tuple[str, str | Path], *released: tuple[str, str | Path]) -> None:
+    """Refuse (``DpsynthError``, one line) a released folder that is, holds or lies inside the private one.
+
+    ``private`` and each of ``released`` are ``(option, path)``. The private folder holds the
+    checkpoints (with the secret noise generators' states) and the diagnostics computed on private
+    data without noise; anything under a released folder may be pushed, shared or published
+    wholesale (DVC outputs, a copied ``models/``), and a released folder inside the private one
+    mixes what may be shared into what may not. Paths are compared after resolving symbolic links
+    and ``..``, before anything is read or written."""
+    popt, ppath = private
+    pr = Path(os.path.realpath(ppath))
+    for opt, path in released:
+        rr = Path(os.path.realpath(path))
+        if rr == pr:
+            how = "they are the same folder"
+        elif pr.is_relative_to(rr):
+            how = f"{popt} lies inside {opt}"
+        elif rr.is_relative_to(pr):
+            how = f"{opt} lies inside {popt}"
+        else:
+            continue
+        raise DpsynthError(f"{opt} {path} and {popt} {ppath} overlap ({how}): private files (checkpoints with the "
+                           "secret noise state, diagnostics on private data) must never sit in or around a folder "
+                           "meant for release; choose separate folders (nothing was read or written)")
 
 
 class RunLock:

@@ -11,7 +11,7 @@ from dpsynth.stages.sample import run_sample
 
 def _sample(args: argparse.Namespace) -> int:
     return run_sample(params_from_args(args), args.experiment, source=params_path(args), models=args.models,
-                      out=args.out, results=args.results)
+                      out=args.out, results=args.results, private_out=args.private_out)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,4 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default="models")
     p.add_argument("--out", default="data/synthetic")
     p.add_argument("--results", default="results")
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="the private root (checkpoints, diagnostics); --out and --results may not overlap it "
+                        "(default: private)")
     p.set_defaults(func=_sample)

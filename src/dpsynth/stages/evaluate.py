@@ -21,6 +21,9 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     RESULTS/real/{dataset}/metrics.json and print the scores. ``private_out`` holds the cached FID
     statistics of the real test split; ``source`` names the parameters file in the error for an
     unknown experiment."""
+    from dpsynth.locations import check_apart
+
+    check_apart(("--private-out", private_out), ("--results", results))  # metrics are released
     # a misspelt experiment fails here, before torch and the metrics are imported
     exp = None if real else get_experiment(params, experiment, source)
 

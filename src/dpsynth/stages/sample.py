@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpsynth.errors import DpsynthError
+from dpsynth.locations import check_apart
 from dpsynth.paths import samples_png
 from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
 
@@ -16,12 +17,14 @@ if TYPE_CHECKING:
 
 
 def run_sample(params: Params, experiment: str, *, source: str = DEFAULT_PARAMS, models: str = "models",
-               out: str = "data/synthetic", results: str = "results") -> int:
+               out: str = "data/synthetic", results: str = "results", private_out: str = "private") -> int:
     """Sample ``params.preset.n_synthetic_sets`` sets of ``n_synthetic`` records from ``experiment``'s
     generator (MODELS/{experiment}/) into OUT/{experiment}/seed{k}.npz, each carrying the generator's
     verified privacy report, and a sample grid RESULTS/runs/{experiment}/samples.png; sets of an
     earlier run that this one did not write are removed. ``source`` names the parameters file in
-    the error for an unknown experiment."""
+    the error for an unknown experiment. Neither OUT nor RESULTS may overlap ``private_out`` (the
+    private root: checkpoints, diagnostics), either way: what is sampled is released."""
+    check_apart(("--private-out", private_out), ("--out", out), ("--results", results))
     exp = get_experiment(params, experiment, source)  # a typo fails here, before torch is imported
 
     from dpsynth.data.registry import get_spec

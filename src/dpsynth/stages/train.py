@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import DpsynthError, did_you_mean
+from dpsynth.locations import check_apart
 from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ DEFAULT_OUT, DEFAULT_PRIVATE = "models", "private"
 def resolve_output_roots(out: str | None, private_out: str | None) -> tuple[str, str]:
     """``(out, private_out)`` with the defaults filled in. A run released elsewhere (``--out``) must
     say where its private files go too: defaulting them to ./private would let its checkpoint
-    replace that of the default run of the same name (and the other way round)."""
+    replace that of the default run of the same name (and the other way round). The two may not
+    overlap either way (``locations.check_apart``): the checkpoint holds the secret noise state."""
     if out is None:
         out = DEFAULT_OUT
     if private_out is None:
@@ -35,6 +37,7 @@ def resolve_output_roots(out: str | None, private_out: str | None) -> tuple[str,
                                f"diagnostics would otherwise go to ./{DEFAULT_PRIVATE}, replacing those of the "
                                "default run of the same name")
         private_out = DEFAULT_PRIVATE
+    check_apart(("--private-out", private_out), ("--out", out))
     return out, private_out
 
 

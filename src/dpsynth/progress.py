@@ -5,7 +5,7 @@ the work starts, one every ``DPSYNTH_PROGRESS_EVERY`` seconds (default 5), and o
 each flushed at once -- a bar's carriage returns make an unreadable log, and a silent log for
 minutes looks like a hung job. A line reads::
 
-    [train dps_mnist] step 240/1200 (20.0%) | 3.81 step/s | ETA 4m12s | eps 2.31/10 | loss 0.123
+    [train dps_mnist] step 240/900 (26.7%) | 3.81 step/s | ETA 2m53s | eps 8.45/10
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """scripts/privacy-mutations.py stays usable: it explains itself, lists its mutations, and every
 mutation still applies to the source (a refactoring that moves a mutated line would otherwise turn
-the mutation into a silent no-op). Running the mutations themselves takes ~20 minutes: see its --help."""
+the mutation into a silent no-op). Running the mutations themselves re-runs the wiring tests once per
+mutation (long): see its --help."""
 
 from __future__ import annotations
 

@@ -68,8 +68,13 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     counts = np.bincount(y, minlength=10)
     assert counts.max() - counts.min() <= 1  # balanced labels
     assert (workdir / "results/runs/dps_digits/samples.png").stat().st_size > 1000
+    # the last line says what was written where (issue 46)
+    assert res.stdout.splitlines()[-1] == ("dps_digits: 1 synthetic set -> data/synthetic/dps_digits, "
+                                           "sample grid -> results/runs/dps_digits/samples.png"), res.stdout
     res = run_cli("evaluate", "dps_digits", cwd=workdir)
     assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == ("dps_digits: scores -> results/runs/dps_digits/metrics.json "
+                                           "(the report reads them)")
     m = json.loads((workdir / "results/runs/dps_digits/metrics.json").read_text())
     assert set(m["classifiers"]) == {"logreg", "mlp"} and m["privacy"] == PRIVACY
     fid = m["fid"]  # the offline extractor is installed (required above): FID is a number, never "unavailable"

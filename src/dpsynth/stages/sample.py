@@ -73,8 +73,8 @@ def run_sample(params: Params, experiment: str, *, source: str = DEFAULT_PARAMS,
                             title=f"{experiment}: {privacy_caption(privacy)}", manifold=manifold)
     for stale in remove_stale_sets(out_dir, written):
         print(f"{experiment}: removed {stale} (not a set of this run)")
-    print(f"{experiment}: {len(written)} synthetic sets -> {out_dir}, sample grid -> {samples_png(results, experiment)}",
-          flush=True)
+    sets = f"{len(written)} synthetic set" + ("s" if len(written) != 1 else "")
+    print(f"{experiment}: {sets} -> {out_dir}, sample grid -> {samples_png(results, experiment)}", flush=True)
     return 0
 
 

@@ -252,6 +252,9 @@ def _refused(params: Path, res: Path, snap: dict[str, Any], capsys: pytest.Captu
     ("dps_mnist", lambda m: m.update(dataset="celeba"), "dataset", "is 'celeba', expected 'mnist'"),
     ("real_mnist", lambda m: m.update(privacy=DPS_PRIVACY), "privacy", "must be null for a real-data row"),
     ("real_mnist", lambda m: m.pop("classifiers"), "classifiers", "is missing"),
+    # issue 45, faults 9-10 (an accuracy of 1.7 and the other ranges: tests/test_metrics_record.py, same path)
+    ("dps_mnist", lambda m: m["classifiers"]["logreg"].update(mean=0.99, std=0.0, n=1, values=[0.3763]),
+     "classifiers.logreg.mean", "is 0.99 but its recorded values give 0.3763"),
 ])
 def test_report_refuses_malformed_metrics_and_keeps_old_tables(reported: Any, capsys: pytest.CaptureFixture[str],
                                                                name: str, edit: Any, key: str, why: str) -> None:

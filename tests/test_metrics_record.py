@@ -12,7 +12,7 @@ import pytest
 from dpsynth.errors import DataError
 from dpsynth.evaluate.record import REAL_DATA, MetricsError, MetricsRecord
 
-CLF = {"logreg": {"mean": 0.8, "std": 0.01, "n": 1, "values": [0.8], "runs": []}}
+CLF = {"logreg": {"mean": 0.8, "std": 0.0, "n": 1, "values": [0.8], "runs": []}}
 FID = {"available": False, "fid": None, "reason": "no weights", "reference_split": "test"}
 PRIVACY = {"mechanism": "m", "epsilon": {"rdp_classic": 1.0}}
 
@@ -108,3 +108,40 @@ def test_a_malformed_kid_or_fid_infinity_is_refused_by_key(sub: dict, key: str, 
     with pytest.raises(MetricsError, match=why) as info:
         MetricsRecord.from_dict(d)
     assert info.value.key == key
+
+
+ACC3 = {"mean": 0.4, "std": 0.0816496580927726, "n": 3, "values": [0.3, 0.4, 0.5], "runs": []}
+
+
+@pytest.mark.parametrize("where, edit, key, why", [
+    ("classifiers", {"mean": 1.7, "std": 0.0}, "classifiers.cnn.mean", "is 1.7, outside \\[0, 1\\]"),
+    ("classifiers", {**ACC3, "values": [0.3, 0.4, 1.5], "mean": 0.7333333333333334}, "classifiers.cnn.values",
+     "holds 1.5, outside"),
+    ("classifiers", {**ACC3, "mean": 0.99}, "classifiers.cnn.mean", "is 0.99 but its recorded values give 0.4"),
+    ("classifiers", {**ACC3, "std": 0.5}, "classifiers.cnn.std", "is 0.5 but its recorded values give 0.0816"),
+    ("classifiers", {**ACC3, "n": 5}, "classifiers.cnn.n", "is 5 but 3 values are recorded"),
+    ("classifiers", {**ACC3, "std": -0.1}, "classifiers.cnn.std", "below 0"),
+    ("fid", {**FID_OK, "mean": -3.0, "values": [-3.0]}, "fid.mean", "outside \\[0, inf\\]"),
+    ("fid", {**FID_OK, "mean": 20.0}, "fid.mean", "is 20 but its recorded values give 31.684"),
+    ("fid", {**FID_OK, **SMALL_N, "kid": {**SMALL_N["kid"], "mean": 0.5}}, "fid.kid.mean", "recorded values give"),
+    ("w2", {"mean": -1.0, "std": 0.0}, "w2.mean", "outside"),
+])
+def test_a_summary_out_of_range_or_not_its_values_is_refused_by_key(where: str, edit: dict, key: str, why: str) -> None:
+    """Issue 45, faults 9-10: an accuracy of 1.7 printed as 170.0, or a mean edited to 0.99 while its
+    recorded per-set values give 0.4, would replace a good table; the record refuses both by key."""
+    fields: dict = {"classifiers": {"cnn": edit}} if where == "classifiers" else {where: edit}
+    if where == "w2":
+        fields.update(method="entropic_wgan", classifiers={})
+    d = _synthetic(**fields).to_dict()
+    with pytest.raises(MetricsError, match=why) as info:
+        MetricsRecord.from_dict(d)
+    assert info.value.key == key
+
+
+def test_a_summary_of_its_values_reads() -> None:
+    """What ``mean_std`` writes passes (population std, floats as JSON gives them back)."""
+    from dpsynth.evaluate.record import mean_std
+
+    rec = {**mean_std([0.1234, 0.9876, 0.5555, 0.0001]), "runs": []}
+    d = json.loads(json.dumps(_synthetic(classifiers={"cnn": rec}).to_dict()))
+    assert MetricsRecord.from_dict(d).classifiers["cnn"]["n"] == 4

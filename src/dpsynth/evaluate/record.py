@@ -96,6 +96,43 @@ def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
+#: The range of each measured quantity: an accuracy is a fraction, FID, W2 and IS are >= 0 (KID and
+#: FID-infinity are estimates that may fall below 0: finite only). A value outside is a damaged or
+#: hand-edited file, never a measurement.
+ACCURACY, NON_NEGATIVE, ANY = (0.0, 1.0), (0.0, math.inf), (-math.inf, math.inf)
+
+
+def _check_summary(key: str, rec: dict[str, Any], bounds: tuple[float, float]) -> None:
+    """``rec``'s ``mean`` (and each recorded value) within ``bounds``, ``std`` >= 0, and -- where the
+    per-set ``values`` are recorded -- ``mean``, ``std`` (population) and ``n`` exactly the ones those
+    values give (``mean_std``): a table prints the summary, so an edited summary must not pass."""
+    lo, hi = bounds
+    mean, std = rec.get("mean"), rec.get("std", 0.0)
+    if not _finite(mean) or not _finite(std):
+        raise MetricsError(key, f"must be a record with numeric 'mean' and 'std', got {rec!r}")
+    if not lo <= mean <= hi:
+        raise MetricsError(f"{key}.mean", f"is {mean}, outside [{lo:g}, {hi:g}]")
+    if std < 0:
+        raise MetricsError(f"{key}.std", f"is {std}, below 0")
+    values = rec.get("values")
+    if not values:  # not recorded (an empty list: hand-made summaries, records written before values)
+        return
+    if not isinstance(values, list) or not all(_finite(v) for v in values):
+        raise MetricsError(f"{key}.values", f"must be a list of numbers, got {values!r}")
+    bad = [v for v in values if not lo <= v <= hi]
+    if bad:
+        raise MetricsError(f"{key}.values", f"holds {bad[0]}, outside [{lo:g}, {hi:g}]")
+    n = len(values)
+    want_mean = math.fsum(values) / n
+    want_std = math.sqrt(math.fsum((v - want_mean) ** 2 for v in values) / n)
+    if rec.get("n", n) != n:
+        raise MetricsError(f"{key}.n", f"is {rec.get('n')!r} but {n} values are recorded")
+    if not math.isclose(mean, want_mean, rel_tol=1e-9, abs_tol=1e-12):
+        raise MetricsError(f"{key}.mean", f"is {mean:.6g} but its recorded values give {want_mean:.6g}")
+    if not math.isclose(std, want_std, rel_tol=1e-6, abs_tol=1e-9):
+        raise MetricsError(f"{key}.std", f"is {std:.6g} but its recorded values give {want_std:.6g}")
+
+
 @dataclass(frozen=True)
 class MetricsRecord:
     """One metrics.json. Written keys: the seven of ``REQUIRED_KEYS``, then -- for a synthetic-data
@@ -215,14 +252,17 @@ class MetricsRecord:
             raise MetricsError("classifiers", "is empty (only a run of an unconditional method, "
                                               f"{' or '.join(unconditional)}, scored by 'w2', has no classifiers)")
         for kind, rec in clf.items():
-            if not isinstance(rec, dict) or not _finite(rec.get("mean")) or not _finite(rec.get("std", 0.0)):
+            if not isinstance(rec, dict):
                 raise MetricsError(f"classifiers.{kind}",
                                    f"must be a record with numeric 'mean' and 'std', got {rec!r}")
+            _check_summary(f"classifiers.{kind}", rec, ACCURACY)
         fid = d["fid"]
         if not isinstance(fid, dict) or not isinstance(fid.get("available"), bool):
             raise MetricsError("fid", f"must be a mapping with 'available' true/false, got {fid!r}")
         if fid["available"] and not (_finite(fid.get("mean")) and _finite(fid.get("std", 0.0))):
             raise MetricsError("fid", f"says available but has no numeric 'mean'/'std': {fid!r}")
+        if fid["available"]:
+            _check_summary("fid", fid, NON_NEGATIVE)
         for key in FIDELITY_KEYS if fid["available"] else ():
             sub = fid.get(key)
             if sub is None:  # written before KID and FID-infinity existed
@@ -231,6 +271,13 @@ class MetricsRecord:
                 raise MetricsError(f"fid.{key}", f"must be a mapping with 'available' true/false, got {sub!r}")
             if sub["available"] and not (_finite(sub.get("mean")) and _finite(sub.get("std", 0.0))):
                 raise MetricsError(f"fid.{key}", f"says available but has no numeric 'mean'/'std': {sub!r}")
+            if sub["available"]:
+                _check_summary(f"fid.{key}", sub, ANY)
+        w2 = d.get("w2")
+        if w2 is not None:
+            if not isinstance(w2, dict):
+                raise MetricsError("w2", f"must be a record with numeric 'mean' and 'std', got {w2!r}")
+            _check_summary("w2", w2, NON_NEGATIVE)
         priv = d["privacy"]
         if real:
             if priv is not None:
@@ -264,6 +311,8 @@ def _check_protocols(protocols: Any) -> None:
         if sub["available"] and not (_finite(sub.get("mean")) and _finite(sub.get("std", 0.0))):
             raise MetricsError(f"protocols.{GS_WGAN}.{key}",
                                f"says available but has no numeric 'mean'/'std': {sub!r}")
+        if sub["available"]:
+            _check_summary(f"protocols.{GS_WGAN}.{key}", sub, NON_NEGATIVE)
     acc = gs.get("accuracy")
     per_set = acc.get("per_set") if isinstance(acc, dict) else None
     if not isinstance(per_set, list) or not per_set or not all(
@@ -271,3 +320,7 @@ def _check_protocols(protocols: Any) -> None:
             for s in per_set):
         raise MetricsError(f"protocols.{GS_WGAN}.accuracy.per_set",
                            "must list, per synthetic set, a numeric accuracy of the same models")
+    for s in per_set:
+        for model, v in s.items():
+            if not 0.0 <= v <= 1.0:
+                raise MetricsError(f"protocols.{GS_WGAN}.accuracy.per_set", f"holds {model} {v}, outside [0, 1]")

@@ -58,6 +58,23 @@ M = [
  ("DP-SGD GAN clip skipped (the per-example sanitizer of DP-CGAN's discriminator)", "src/dpsynth/privacy/sanitizers.py",
   "clipped, norms = clip_rows(grads.reshape(t * b, p), self.clip)",
   "clipped, norms = grads.reshape(t * b, p), torch.linalg.vector_norm(grads.reshape(t * b, p).double(), dim=1)"),
+ ("DP-MERF release noise from a constant-seeded generator", "src/dpsynth/methods/dp_merf.py",
+  "\"noise\": ctx.noise.torch_generator(ctx.device, 21)}", "\"noise\": torch.Generator(ctx.device).manual_seed(1234)}"),
+ ("DP-MERF release noise seeded from the public run seed", "src/dpsynth/methods/dp_merf.py",
+  "\"noise\": ctx.noise.torch_generator(ctx.device, 21)}",
+  "\"noise\": torch.Generator(ctx.device).manual_seed(int(np.random.SeedSequence([ctx.seed, 0x3F1]).generate_state(1)[0]))}"),
+ ("DP-MERF release rescaled by the true per-class counts (n / n_c, un-noised)", "src/dpsynth/methods/dp_merf.py",
+  "    return san.release(), san",
+  "    counts = np.maximum(np.bincount(y, minlength=int(ctx.data.num_classes)), 1)\n"
+  "    return san.release() * torch.from_numpy(len(y) / counts).float().to(ctx.device)[:, None], san"),
+ ("DP-MERF bandwidth from the private images (median heuristic) instead of params", "src/dpsynth/methods/dp_merf.py",
+  "h.n_features, h.bandwidth_sq, ctx.seed, ctx.device)",
+  "h.n_features, float(np.median(((x.reshape(len(x), -1) / 255.0 - x.reshape(len(x), -1).mean(0) / 255.0) ** 2)"
+  ".sum(1))), ctx.seed, ctx.device)"),
+ ("DP-CGAN discriminator steps on the clean real gradient (the sanitizer runs, its output unused)",
+  "src/dpsynth/methods/dp_cgan.py",
+  "d_grad = self.sanitizer.release(real_rows) + self.sanitizer.clip_mean(fake_rows)",
+  "d_grad = (self.sanitizer.release(real_rows), real_rows.sum(dim=0) / b)[1] + self.sanitizer.clip_mean(fake_rows)"),
 ]
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,85 @@ def test_configuration_refuses_more_releases_and_a_missing_bandwidth():
         Experiment.model_validate({**base, "privacy": {"epsilon": 10, "delta": 1e-5, "steps": 2}})
     with pytest.raises(ValueError, match="bandwidth"):
         Experiment.model_validate({**base, "hparams": {}, "privacy": {"epsilon": 10, "delta": 1e-5, "steps": 1}})
+
+
+# --------------------------------------------------------------------------- what the run trains against
+
+
+@dataclass(frozen=True)
+class RecordingNoise(NoiseSource):
+    """The production (secret) NoiseSource, recording every generator it hands out."""
+
+    handed: tuple[list[torch.Generator], ...] = field(default_factory=lambda: ([],))
+
+    def torch_generator(self, device: torch.device | str, stream: int) -> torch.Generator:
+        gen = super().torch_generator(device, stream)
+        self.handed[0].append(gen)
+        return gen
+
+
+def _first_release(tmp: Path, monkeypatch: pytest.MonkeyPatch, ctx: TrainContext) -> dict[str, Any]:
+    """One step of a real run (the release happens there), spied on: the sanitizer (with its noise
+    generator's state before the release), what it released, and the stepper that trains on it."""
+    seen: dict[str, Any] = {}
+    release, step = MeanEmbeddingSanitizer.release, dp_merf.DPMERFStepper.step
+
+    def spy_release(self: MeanEmbeddingSanitizer) -> torch.Tensor:
+        seen["noise_state"] = self.generator.get_state()
+        out = release(self)
+        seen["sanitizer"], seen["released"] = self, out.clone()
+        return out
+
+    def spy_step(self: dp_merf.DPMERFStepper) -> dict[str, Any]:
+        seen["stepper"] = self
+        return step(self)
+
+    monkeypatch.setattr(MeanEmbeddingSanitizer, "release", spy_release)
+    monkeypatch.setattr(dp_merf.DPMERFStepper, "step", spy_step)
+    dp_merf.train(ctx)
+    monkeypatch.undo()
+    return seen
+
+
+def test_the_release_noise_comes_from_the_runs_secret_source(tmp_path, monkeypatch):
+    """The release's noise generator is one the run's NoiseSource handed out (OS entropy), not a
+    generator seeded with a constant or with the public run seed: two secret runs of the same seed
+    on the same data release different noise, while two reproducible runs (the test mode, labelled
+    not private) release the same."""
+    noise = RecordingNoise()
+    a = _first_release(tmp_path, monkeypatch, _ctx(tmp_path / "a", noise=noise, max_steps_this_run=1))
+    assert any(a["sanitizer"].generator is g for g in noise.handed[0])
+    assert a["stepper"].gens["noise"] is a["sanitizer"].generator
+    b = _first_release(tmp_path, monkeypatch, _ctx(tmp_path / "b", noise=RecordingNoise(), max_steps_this_run=1))
+    assert not torch.equal(a["noise_state"], b["noise_state"])
+    assert not torch.equal(a["released"], b["released"])
+    replay = NoiseSource("reproducible", 5)
+    c = _first_release(tmp_path, monkeypatch, _ctx(tmp_path / "c", noise=replay, max_steps_this_run=1))
+    d = _first_release(tmp_path, monkeypatch, _ctx(tmp_path / "d", noise=replay, max_steps_this_run=1))
+    assert torch.equal(c["released"], d["released"])
+
+
+def test_the_generator_trains_against_the_sanitizers_release_unchanged(tmp_path, monkeypatch):
+    """What the generator is fitted to is exactly what the sanitizer released: no data-dependent,
+    un-noised post-processing (e.g. a rescale by the true per-class counts n / n_c) between them.
+    The labels are made unbalanced so such a rescale is far from 1."""
+    ctx = _ctx(tmp_path, max_steps_this_run=1)
+    y = ctx.data.y_train.copy()
+    y[: N_RECORDS // 2] = 0  # class 0 holds over half the records
+    ctx.data = Dataset("synthetic", ctx.data.x_train, y, ctx.data.x_test, ctx.data.y_test, 10)
+    seen = _first_release(tmp_path, monkeypatch, ctx)
+    assert torch.equal(seen["stepper"].embedding, seen["released"])
+
+
+def test_the_feature_map_is_the_public_one_whatever_the_private_images(tmp_path, monkeypatch):
+    """The random features a run embeds the private records with depend on the public bandwidth and
+    the seed only: the same as ``RandomFourierFeatures`` built from params, for two different private
+    datasets (a bandwidth derived from the images, e.g. a median heuristic, would differ)."""
+    h, ws = _ctx(tmp_path).experiment.hparams, []
+    for k, scale in enumerate((1.0, 0.25)):
+        ctx = _ctx(tmp_path / str(k), max_steps_this_run=1)
+        x = (ctx.data.x_train.astype(np.float64) * scale).astype(np.uint8)  # darker images, same shape
+        ctx.data = Dataset("synthetic", x, ctx.data.y_train, ctx.data.x_test, ctx.data.y_test, 10)
+        ws.append(_first_release(tmp_path, monkeypatch, ctx)["stepper"].features.w)
+    public = dp_merf.RandomFourierFeatures(784, h.n_features, h.bandwidth_sq, 0, torch.device("cpu"))
+    assert torch.equal(ws[0], public.w) and torch.equal(ws[1], public.w)

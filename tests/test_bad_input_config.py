@@ -220,3 +220,37 @@ def test_data_prepare_unknown_names_suggest_registered_ones(tmp_path):
     assert "unknown dataset 'fmnist' (did you mean 'fashion_mnist'" in res.stderr
     assert "unknown dataset 'celebA' (did you mean 'celeba'?" in res.stderr
     assert not (tmp_path / "processed").exists()
+
+
+# --------------------------------------------------------------------------- issue 45: encoding and sizes
+
+
+@pytest.mark.parametrize("where", ["comment", "value"])
+def test_a_non_utf8_byte_is_named_by_file_offset_and_line(tmp_path, where):
+    """A Latin-1 byte (a comment or a value saved by an editor in another encoding) is one line naming the
+    file, the byte, its offset and line -- never a UnicodeDecodeError traceback."""
+    text = SHIPPED.replace(EXPERIMENT, EXPERIMENT + ("    # caf\u00e9\n" if where == "comment" else ""), 1)
+    if where == "value":
+        text = text.replace("method: dp_sinkhorn\n", "method: dp_sinkhorn\n    note: caf\u00e9\n", 1)
+    data = text.encode("latin-1")
+    p = tmp_path / "params.yaml"
+    p.write_bytes(data)
+    offset = data.index(b"\xe9")
+    line = data[:offset].count(b"\n") + 1
+    with pytest.raises(ConfigError) as info:
+        load_params(p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: not UTF-8 text: byte 0xe9 at offset {offset} (line {line})"), msg
+
+
+def test_sizes_are_bounded_with_a_clear_line():
+    """n_synthetic 1e12 passed `config check` and `sample` then failed allocating 7.28 TiB."""
+    raw = yaml.safe_load(SHIPPED)
+    raw["scales"]["quick"]["n_synthetic"] = 10**12
+    with pytest.raises(ConfigError, match=r"scales\.quick\.n_synthetic: Input should be less than or equal to "
+                                          r"1000000 \(got 1000000000000\)"):
+        parse_params(raw, source="params.yaml")
+    raw = yaml.safe_load(SHIPPED)
+    raw["scales"]["quick"]["n_synthetic_sets"] = 10**6
+    with pytest.raises(ConfigError, match=r"scales\.quick\.n_synthetic_sets: Input should be less than or equal"):
+        parse_params(raw, source="params.yaml")

@@ -106,8 +106,15 @@ def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such parameters file")
+    data = path.read_bytes()
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a comment or value saved in Latin-1, say: name the byte, not a traceback
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}) "
+                          "cannot be decoded; save the file as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except DuplicateKeyError as exc:
         raise ConfigError(f"{path}: {exc}: YAML would silently keep only the last value; remove or "
                           "rename the other one") from None

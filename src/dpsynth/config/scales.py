@@ -10,6 +10,14 @@ from dpsynth.config.base import KeyedValueError, Strict, validation_errors
 from dpsynth.config.methods import METHOD_SPECS, refuse_foreign_keys
 
 
+#: The most images one synthetic set (or one FID side) may hold: 16 x the papers' 60,000. Sampling holds
+#: a whole set in memory, so a typo such as 1e12 would otherwise pass `config check` and fail later
+#: allocating terabytes (a CelebA-sized set of 1,000,000 is ~3 GB of uint8).
+MAX_IMAGES = 1_000_000
+#: The most synthetic sets per generator (the papers: 5).
+MAX_SETS = 100
+
+
 class GsWganEvalSizes(Strict):
     """The sizes of GS-WGAN's own evaluation protocol (Chen, Orekondy, Fritz, NeurIPS 2020,
     arXiv:2006.08265, Table 1, and the authors' ``evaluation/`` scripts) at one scale. The defaults are
@@ -19,14 +27,14 @@ class GsWganEvalSizes(Strict):
     (``Params.evaluation_protocols``), so the rest of the pipeline pays nothing for it."""
 
     zoo_train_subset: int | None = Field(
-        default=None, gt=0, description="images of each synthetic set (of the real training split, for a real "
+        default=None, gt=0, le=MAX_IMAGES, description="images of each synthetic set (of the real training split, for a real "
         "row) that each of the 12 models of the zoo trains on; None: the whole set (the paper: 60,000)")
     is_samples: int | None = Field(
-        default=None, gt=0, description="generated images (real test images, for a real row) the classifier "
+        default=None, gt=0, le=MAX_IMAGES, description="generated images (real test images, for a real row) the classifier "
         "Inception Score scores; None: all of them (the authors' script scores the whole generated set)")
-    fid_generated: int = Field(default=20000, gt=0, description="generated images (real test images, for a real "
+    fid_generated: int = Field(default=20000, gt=0, le=MAX_IMAGES, description="generated images (real test images, for a real "
                                "row) compared with the training split (the authors' eval_fid.py: 20,000)")
-    fid_train_reference: Annotated[int, Field(gt=0)] | Literal["all"] = Field(
+    fid_train_reference: Annotated[int, Field(gt=0, le=MAX_IMAGES)] | Literal["all"] = Field(
         default="all", description="real training images on that FID's reference side: a count (the first "
         "ones) or 'all' (the authors': the whole training split, 60,000)")
 
@@ -51,12 +59,13 @@ class ScalePreset(Strict):
         "under a step budget calibrates sigma to meet its (epsilon, delta) target.",
     )
     train_subset: int | None = Field(default=None, gt=0, description="Private training records used.")
-    n_synthetic: int = Field(gt=0, description="Labelled images per synthetic dataset.")
-    n_synthetic_sets: int = Field(gt=0, description="Synthetic datasets per generator.")
+    n_synthetic: int = Field(gt=0, le=MAX_IMAGES, description="Labelled images per synthetic dataset.")
+    n_synthetic_sets: int = Field(gt=0, le=MAX_SETS, description="Synthetic datasets per generator.")
     classifier_max_epochs: int = Field(gt=0)
     classifier_train_subset: int | None = Field(default=None, gt=0)
-    fid_samples: int = Field(gt=0, description="generated (or, for a real row, real training) images per FID")
-    fid_reference_samples: Annotated[int, Field(gt=0)] | Literal["all"] | None = Field(
+    fid_samples: int = Field(gt=0, le=MAX_IMAGES,
+                             description="generated (or, for a real row, real training) images per FID")
+    fid_reference_samples: Annotated[int, Field(gt=0, le=MAX_IMAGES)] | Literal["all"] | None = Field(
         default=None, description="real test images on FID's reference side: a count, 'all' (the whole test "
         "split, the papers' protocol), or None (as many as fid_samples)")
     max_batch_size: int | None = Field(default=None, gt=0, description="cap on batch sizes (a CPU cannot "

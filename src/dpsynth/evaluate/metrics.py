@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from dpsynth import __version__
 from dpsynth.data.dataset import Dataset, images_to_signed, subset_indices
-from dpsynth.errors import ConfigError
+from dpsynth.errors import ConfigError, DataError
 from dpsynth.evaluate.classifiers import max_batches, train_and_score
 from dpsynth.evaluate.record import mean_std
 from dpsynth.evaluate.sampling import load_synthetic
@@ -29,6 +30,18 @@ if TYPE_CHECKING:
     from dpsynth.evaluate.gswgan_protocol import GsWganSettings
 
 
+@contextmanager
+def _naming(source: str | Path | None) -> Iterator[None]:
+    """A ``DataError`` about one set's records ("y_train contains a single class", "w2: x contains NaN or
+    Inf") names the file those records came from: without it the user cannot tell which set is bad."""
+    try:
+        yield
+    except DataError as exc:
+        if source is None or str(exc).startswith(str(source)):
+            raise
+        raise DataError(f"{source}: {exc}") from None
+
+
 def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
     idx = subset_indices(len(x), n, seed)
     return (x, y) if idx is None else (x[idx], y[idx])
@@ -36,9 +49,11 @@ def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.
 
 def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
                       max_epochs: int, train_subset: int | None, seed: int = 0,
-                      on_fitted: Callable[[Any], None] | None = None) -> dict[str, Any]:
+                      on_fitted: Callable[[Any], None] | None = None,
+                      sources: list[str | Path] | None = None) -> dict[str, Any]:
     """Accuracy on the real test split of each classifier kind, mean/std over the training sets.
-    ``on_fitted`` receives each fitted model (``classifiers.train_and_score``)."""
+    ``on_fitted`` receives each fitted model (``classifiers.train_and_score``); ``sources`` (the file of
+    each training set) are named in a data error about that set."""
     out: dict[str, Any] = {}
     for kind in kinds:
         runs = []
@@ -47,9 +62,10 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
             # an upper bound: early stopping may end it sooner (the last line then says "stopped")
             with Progress(max_batches(kind, len(xs), max_epochs), f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
                           bar=False) as bar:
-                runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
-                                            seed=seed + k, max_epochs=max_epochs, on_batch=bar.update,
-                                            on_fitted=on_fitted))
+                with _naming(sources[k] if sources else None):
+                    runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
+                                                seed=seed + k, max_epochs=max_epochs, on_batch=bar.update,
+                                                on_fitted=on_fitted))
                 bar.set(accuracy=runs[-1]["accuracy"], epochs=runs[-1]["epochs_run"])
         out[kind] = {**mean_std([r["accuracy"] for r in runs]), "runs": runs}
     return out
@@ -277,9 +293,11 @@ def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_d
             "compared_split": "train"}
 
 
-def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str, Any]:
+def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000,
+              sources: list[str | Path] | None = None) -> dict[str, Any]:
     """W2 (exact OT on 1,000-point subsamples) to the CLEAN test split: the local-privacy metric.
-    Images are compared as flat vectors in [-1, 1], the space the generator is trained in."""
+    Images are compared as flat vectors in [-1, 1], the space the generator is trained in. ``sources``
+    (each set's file) are named in a data error about that set."""
     from dpsynth.evaluate.w2 import w2_distance
 
     def flat(x: np.ndarray) -> np.ndarray:
@@ -288,7 +306,12 @@ def w2_scores(sets: list[np.ndarray], real: Dataset, n: int = 1000) -> dict[str,
         return x.astype(np.float64)
 
     ref = flat(real.x_test)
-    return {**mean_std([w2_distance(flat(x), ref, n=n, seed=k) for k, x in enumerate(sets)]),
+
+    def one(k: int, x: np.ndarray) -> float:
+        with _naming(sources[k] if sources else None):
+            return w2_distance(flat(x), ref, n=n, seed=k)
+
+    return {**mean_std([one(k, x) for k, x in enumerate(sets)]),
             "n": n, "reference_split": "test (clean)"}
 
 
@@ -314,9 +337,10 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
     sets = [(x, y) for x, y, _ in loaded]
     t1 = time.perf_counter()
     if conditional:
-        clf, w2 = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset), None
+        clf, w2 = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset,
+                                    sources=list(paths)), None
     else:
-        clf, w2 = {}, w2_scores([x for x, _ in sets], real)
+        clf, w2 = {}, w2_scores([x for x, _ in sets], real, sources=list(paths))
     t2 = time.perf_counter()
     protocol = gswgan is not None and conditional and real.is_image
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,

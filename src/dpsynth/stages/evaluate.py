@@ -45,7 +45,8 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         # the real row's CNN is the very fit GS-WGAN's classifier IS uses: kept rather than trained twice
         keep = (lambda f: gswgan.is_cache.store(f) if f.kind == "cnn" else None) if gswgan else None
         classifiers = classifier_scores(train_sets, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
-                                        train_subset=preset.classifier_train_subset, on_fitted=keep)
+                                        train_subset=preset.classifier_train_subset, on_fitted=keep,
+                                        sources=[processed / f"{real}.npz"])
         fid = real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights, allow_download=ev.fid_download,
                             timeout=ev.fid_download_timeout, cache_dir=fid_cache,
                             n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None)

@@ -282,6 +282,23 @@ def test_warmstart_train_resume_bit_identical(workspace: Path, capsys: pytest.Ca
     assert again.get("already_done") is True
 
 
+def test_warmstart_keeps_its_private_losses_out_of_the_output(workspace: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The warm start's critic losses are computed on the private shards without noise (issue 45,
+    fault 11): they stay in warmstart.json under the private root and never reach stdout or stderr
+    (the job's log, outside the private folder) -- not even with --json."""
+    params, private = str(workspace / "params.yaml"), workspace / "m_json"
+    assert cli_main(["warmstart", "gsw", "--params", params, "--private-out", str(private), "--no-progress",
+                     "--json"]) == 0
+    printed = capsys.readouterr()
+    record = json.loads(printed.out)
+    assert record["experiment"] == "gsw" and "last" not in record
+    for word in ("d_loss", "wasserstein"):
+        assert word not in printed.out and word not in printed.err
+    kept = json.loads((private / "warmstart" / "gsw" / "warmstart.json").read_text())
+    assert set(kept["last"]) == {"d_loss", "wasserstein"}
+
+
 def test_bad_warmstart_inputs_cli(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = yaml.safe_load((workspace / "params.yaml").read_text())
     for n_critics, msg in ((5000, "larger than the dataset"), (100, "smaller than the batch size")):

@@ -237,6 +237,12 @@ def _warm_chunk(
     return stats
 
 
+#: The key of ``warm_start``'s info holding the last step's critic losses: computed on the private shards
+#: without noise, so a private diagnostic -- kept in warmstart.json under the private root, never
+#: printed to the job's output or log (``stages.warmstart``).
+PRIVATE_INFO = "last"
+
+
 def warm_start(
     x_u8: np.ndarray, y: np.ndarray, num_classes: int, settings: dict[str, Any], device: torch.device,
     *, chunk: int | None = None, steps: int | None = None, progress: Callable[[int], None] | None = None,
@@ -274,7 +280,7 @@ def warm_start(
         bank.put(start, sub)
     elapsed = time.perf_counter() - t0
     info = {"seconds": round(elapsed, 3), "chunk": chunk, "steps": steps,
-            "per_critic_step_ms": round(1e3 * elapsed / max(1, n_d * steps), 3), "last": last}
+            "per_critic_step_ms": round(1e3 * elapsed / max(1, n_d * steps), 3), PRIVATE_INFO: last}
     return bank, info
 
 

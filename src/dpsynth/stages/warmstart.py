@@ -27,6 +27,7 @@ def run_warmstart(experiment: str, *, private_out: str, params_file: str = DEFAU
     """The stage: train the critics of ``experiment``'s warm start (or, ``print_path``, print where they go)."""
     from dpsynth.methods.gs_wgan import validate, warmstart_location
     from dpsynth.methods.gswgan_critics import (
+        PRIVATE_INFO,
         compare_batched_vs_loop,
         data_fingerprint,
         make_shards,
@@ -68,5 +69,5 @@ def run_warmstart(experiment: str, *, private_out: str, params_file: str = DEFAU
     finish(f"warmstart {ctx.name}: {settings['n_critics']} critics x {settings['warmup_steps']} steps in "
            f"{format_duration(seconds)} -> {path} (+ warmstart.json; trained without noise: private, never release)",
            {"experiment": ctx.name, "critics": str(path), "settings": settings, "wall_seconds": round(seconds, 2),
-            **info}, as_json)
+            **{k: v for k, v in info.items() if k != PRIVATE_INFO}}, as_json)  # losses on private data: file only
     return 0

@@ -129,6 +129,33 @@ def test_frechet_distance_matches_torch_fidelity_formula() -> None:
         assert abs(ours - ref) <= tol, (n, ours, ref, tol)
 
 
+def test_statistics_with_features_take_the_small_set_path_and_give_the_same_distance() -> None:
+    """``fid_from_statistics`` uses kept features (fewer than d) as a covariance factor instead of a
+    d x d eigendecomposition: same distance, whichever side (or both) kept them. Tolerance: the
+    factored paths agree with each other to 1e-7 relative (SVD vs eigenvalues of A^T S2 A: observed
+    4e-9); against the eigendecomposition
+    of a rank-deficient covariance, whose d - n null eigenvalues come out as ~eps * lambda_max and enter
+    through square roots, to 2 d sqrt(100 eps lambda_max) (as in the test above; observed 5e-6 of 276).
+    A wrong factor (uncentred, or 1/n instead of 1/(n-1)) moves the distance by more than 1e-3 relative."""
+    rng = np.random.default_rng(1)
+    d = 128
+
+    def stats(x: np.ndarray, keep: bool) -> FidStatistics:
+        return FidStatistics(mu=x.mean(0), sigma=np.cov(x, rowvar=False), n=len(x), weights_sha256="w",
+                             feature_layer="2048", features=x if keep else None)
+
+    a, b = rng.standard_normal((30, d)), 0.3 + 1.5 * rng.standard_normal((50, d))
+    plain = fidmod.fid_from_statistics(stats(a, False), stats(b, False))
+    lam_max = float(np.max(np.abs(np.linalg.eigvals(np.cov(a, rowvar=False) @ np.cov(b, rowvar=False)))))
+    factored = [fidmod.fid_from_statistics(stats(a, keep_a), stats(b, keep_b))
+                for keep_a, keep_b in ((True, False), (False, True), (True, True))]
+    assert factored == pytest.approx([factored[-1]] * 3, rel=1e-7)
+    assert abs(factored[-1] - plain) <= 2 * d * np.sqrt(1e-14 * lam_max), (factored, plain)
+    assert fidmod._small_set_factor(stats(a, True)).shape == (d, 30)
+    big = rng.standard_normal((d + 5, d))
+    assert fidmod._small_set_factor(stats(big, True)) is None  # n >= d: the eigendecomposition path
+
+
 def test_pipeline_matches_torch_fidelity_calculate_metrics(weights: Path, digits_sets: dict[str, np.ndarray]) -> None:
     """Our input handling (uint8, gray->RGB) + statistics vs torch_fidelity.calculate_metrics.
 

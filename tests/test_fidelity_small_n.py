@@ -12,7 +12,8 @@ from sklearn.datasets import load_digits
 from dpsynth.errors import DataError
 from dpsynth.evaluate import fid_helper_weights as fhw
 from dpsynth.evaluate.fid import FidStatistics, frechet_distance, psd_sqrt
-from dpsynth.evaluate.fidelity import covariance_factor, fid_inf_sizes, fid_infinity, kid
+from dpsynth.evaluate.fid import covariance_factor
+from dpsynth.evaluate.fidelity import fid_inf_sizes, fid_infinity, kid
 from dpsynth.evaluate.metrics import small_n_scores
 from tests.conftest import require
 

@@ -76,16 +76,10 @@ def fid_inf_sizes(n: int, points: int = FID_INF_POINTS) -> list[int]:
     return sizes
 
 
-def covariance_factor(features: Any) -> np.ndarray:
-    """F (d x n, float64) with F F^T = np.cov(features): the centred features / sqrt(n - 1)."""
-    x = np.asarray(features, np.float64)
-    return (x - x.mean(0)).T / np.sqrt(len(x) - 1)
-
-
 def reference_factor(sigma: np.ndarray, features: Any | None = None) -> np.ndarray:
     """A factor of the reference covariance for ``fid.frechet_distance``: its features' factor when
     there are fewer than d of them (the cheap path), else ``fid.psd_sqrt`` (d x d)."""
-    from dpsynth.evaluate.fid import psd_sqrt
+    from dpsynth.evaluate.fid import covariance_factor, psd_sqrt
 
     if features is not None and len(features) < np.shape(sigma)[0]:
         return covariance_factor(features)
@@ -102,7 +96,7 @@ def fid_infinity(features: Any, mu_ref: np.ndarray, sigma_ref: np.ndarray, *, se
     FID_N = a + b/N by least squares. Returns {"fid_inf": a, "slope": b, "n_values", "fid_values",
     "fit_residual_rms", "seed"}. ``factor_ref`` (``reference_factor``) saves recomputing it when
     several sets share a reference."""
-    from dpsynth.evaluate.fid import frechet_distance
+    from dpsynth.evaluate.fid import covariance_factor, frechet_distance
 
     x = np.asarray(features, np.float64)
     d = np.asarray(mu_ref).size

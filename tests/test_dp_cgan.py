@@ -272,3 +272,17 @@ def test_a_failed_release_is_redone_without_spending_a_step(tmp_path: Path, monk
     a = torch.load(tmp_path / "clean/generator.pt", weights_only=True)["state_dict"]
     b = torch.load(ctx.generator_path, weights_only=True)["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_non_private_run_does_not_claim_private_noise(tmp_path: Path) -> None:
+    """Issue 45, fault 12: a non-private run drew no privacy noise, so its report says private false
+    (with the reason) even with the secret noise source -- never ``noise.private: true``."""
+    from dpsynth.evaluate.sampling import privacy_caption
+    from dpsynth.privacy.randomness import NO_NOISE_LABEL
+
+    ctx = _ctx(tmp_path, privacy={"enabled": False}, steps=2, noise=NoiseSource())
+    assert dp_cgan.train(ctx)["finished"]
+    rep = json.loads(ctx.privacy_path.read_text())
+    assert rep["headline"] == "non_private"
+    assert rep["noise"]["private"] is False and rep["noise"]["label"] == NO_NOISE_LABEL and rep["noise"]["mode"] == "secret"
+    assert "reproducible" not in privacy_caption(rep)

@@ -19,6 +19,7 @@ import torch
 
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.io import write_npz  # sha256_file: re-exported for cli.sample
+from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
 
 #: Samples are drawn in batches of this size (eval mode: batch norm uses running statistics,
 #: so the batch size does not change the samples' distribution; fixed for reproducibility).
@@ -139,9 +140,8 @@ def privacy_caption(privacy: dict[str, Any]) -> str:
     head = privacy.get("headline")
     text = f"epsilon {eps[head]:.2f}, delta {privacy.get('delta'):g} ({head})" \
         if isinstance(eps, dict) and head in eps else str(privacy.get("mechanism") or "non-private")
-    noise = privacy.get("noise") or {}
-    if isinstance(noise, dict) and noise.get("private") is False:  # as every output of such a run says
-        text += ": reproducible noise - not private"
+    if is_reproducible(privacy):  # as every output of such a run says
+        text += f": {NOT_PRIVATE_LABEL}"
     return text
 
 

@@ -179,7 +179,7 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     if state is None or step > steps_start:
         save(step)
     rel = stepper.release(step)
-    rel.report.noise = ctx.noise.describe()
+    rel.report.noise = ctx.noise.describe(noised=rel.report.noised)
     save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)
     write_public_log(log.snapshot(), ctx.public_log_path, fields=rel.public_fields)
     rel.report.write(ctx.privacy_path)

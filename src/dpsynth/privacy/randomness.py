@@ -31,6 +31,7 @@ from dpsynth.errors import PrivacyError
 NoiseMode = Literal["secret", "reproducible"]
 NOISE_MODES: tuple[str, ...] = ("secret", "reproducible")
 NOT_PRIVATE_LABEL = "reproducible noise - not private"
+NO_NOISE_LABEL = "non-private run - no privacy noise"
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,12 @@ class NoiseSource:
         assert self.seed is not None
         return np.random.default_rng([int(self.seed), int(stream)])
 
-    def describe(self) -> dict[str, Any]:
-        """What a privacy report says about the noise (no seed, ever)."""
+    def describe(self, noised: bool = True) -> dict[str, Any]:
+        """What a privacy report says about the noise (no seed, ever). ``noised`` False: the run drew no
+        privacy noise (a non-private run), so its report must not say ``private: true`` whatever the mode."""
+        if not noised:
+            return {"mode": self.mode, "private": False, "label": NO_NOISE_LABEL,
+                    "source": "no privacy noise was drawn: the run gives no differential-privacy guarantee"}
         if self.mode == "secret":
             return {"mode": "secret", "private": True,
                     "source": "fresh OS entropy per run (python secrets); never written to a released file"}

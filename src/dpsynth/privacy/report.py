@@ -65,6 +65,11 @@ class PrivacyReport:
     def headline_epsilon(self) -> float:
         return self.epsilon[self.headline]
 
+    @property
+    def noised(self) -> bool:
+        """False for a non-private run's report (headline ``non_private``): no privacy noise was drawn."""
+        return self.headline != "non_private"
+
     def within_target(self, who: str) -> PrivacyReport:
         """This report, or PrivacyError if its headline epsilon exceeds the run's target (a method whose
         steps are not guarded one by one -- a single release, a schedule fixed in advance -- checks its

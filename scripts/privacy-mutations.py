@@ -6,7 +6,7 @@ that no test catches is a hole.
 
 Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the adversarial variant) trains with
 privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
-target that file.
+target that file (DP-MERF's and DP-SGD's barriers: privacy/record_sanitizers.py).
 
 The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF and DP-CGAN tests run too: a mutation inside a
 sanitizer must be caught by its audit, not only by a wiring test.
@@ -29,8 +29,8 @@ M = [
  ("noise left off the n private images", "src/dpsynth/privacy/sanitizers.py",
   "released = priv + noise\n        parts = [released]", "released = priv\n        parts = [released]"),
  ("noise on the wrong tensor (before the clip, param ablation)", "src/dpsynth/privacy/sanitizers.py",
-  "        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)\n        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)\n        released = clipped + noise",
-  "        noise = _noise(grads.reshape(grads.shape[0], -1).shape, self.noise_std, self.generator, grads)\n        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1) + noise, self.clip)\n        released = clipped"),
+  "        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)\n        noise = draw_noise(clipped.shape, self.noise_std, self.generator, clipped)\n        released = clipped + noise",
+  "        noise = draw_noise(grads.reshape(grads.shape[0], -1).shape, self.noise_std, self.generator, grads)\n        clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1) + noise, self.clip)\n        released = clipped"),
  ("sigma/2 in the param ablation", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "ParamGradSanitizer(list(G.parameters()), PARAM_CLIP, sigma,", "ParamGradSanitizer(list(G.parameters()), PARAM_CLIP, sigma / 2,"),
  ("sigma/2 in the GS-WGAN step", "src/dpsynth/methods/gs_wgan.py",
@@ -50,12 +50,12 @@ M = [
   "return np.random.default_rng(secrets.randbits(128))", "return np.random.default_rng(1234)"),
  ("DP-MERF release noise halved (sigma/2 into the sanitizer)", "src/dpsynth/methods/dp_merf.py",
   "san = MeanEmbeddingSanitizer(sigma, len(x),", "san = MeanEmbeddingSanitizer(sigma / 2, len(x),"),
- ("DP-MERF sensitivity halved (noise for 1/n instead of 2/n)", "src/dpsynth/privacy/sanitizers.py",
+ ("DP-MERF sensitivity halved (noise for 1/n instead of 2/n)", "src/dpsynth/privacy/record_sanitizers.py",
   "return 2.0 * self.bound * self.sigma / self.n_records", "return 1.0 * self.bound * self.sigma / self.n_records"),
- ("DP-MERF embedding of the rows before the norm bound (clip skipped)", "src/dpsynth/privacy/sanitizers.py",
+ ("DP-MERF embedding of the rows before the norm bound (clip skipped)", "src/dpsynth/privacy/record_sanitizers.py",
   "clipped, norms = clip_rows(features.reshape(-1, d), self.bound)",
   "clipped, norms = features.reshape(-1, d), torch.linalg.vector_norm(features.reshape(-1, d).double(), dim=1)"),
- ("DP-SGD GAN clip skipped (the per-example sanitizer of DP-CGAN's discriminator)", "src/dpsynth/privacy/sanitizers.py",
+ ("DP-SGD GAN clip skipped (the per-example sanitizer of DP-CGAN's discriminator)", "src/dpsynth/privacy/record_sanitizers.py",
   "clipped, norms = clip_rows(grads.reshape(t * b, p), self.clip)",
   "clipped, norms = grads.reshape(t * b, p), torch.linalg.vector_norm(grads.reshape(t * b, p).double(), dim=1)"),
  ("DP-MERF release noise from a constant-seeded generator", "src/dpsynth/methods/dp_merf.py",

@@ -15,70 +15,38 @@ The building blocks, one per privacy barrier of the methods:
   parameter gradient clipped to ``C``, the sum noised with ``N(0, (C sigma)^2)``, divided by
   the expected Poisson batch size.
 
+The first three (the image and parameter-gradient barriers) are here; the two that read whole
+private records are in ``privacy/record_sanitizers.py`` and re-exported here, the one import every
+method uses. All five subclass ``sanitizer_base.Sanitizer``, which owns the argument checks, the
+noise generator, the release count and the release statistics (``ReleaseStats``).
+
 The math lives in ``release_batch`` which takes a leading *trials* axis, so the
 Monte-Carlo audit (``privacy/audit.py``) runs the very same code vectorised; the autograd
 paths call it with one trial. Every release refuses NaN/Inf (PrivacyError; the whole-batch
 one without a host sync, see its docstring), fires at most once per forward, records norms
 for logging, and draws noise from an explicit torch.Generator. No training path clips or
-noises anywhere else: a new method's barrier is a class here, and gets an audit there.
+noises anywhere else: a new method's barrier is a ``Sanitizer`` subclass, and gets an audit there.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import torch
 
 from dpsynth.errors import PrivacyError
+from dpsynth.privacy.record_sanitizers import MeanEmbeddingSanitizer, PerExampleGradSanitizer
+from dpsynth.privacy.sanitizer_base import (
+    ReleaseStats,
+    Sanitizer,
+    check_positive_int,
+    clip_rows,
+    draw_noise,
+    require_finite,
+)
 
-# Multiply the clip factor by (1 - _SAFETY * machine eps) so rounding the clipped
-# tensor back to its dtype can never push its norm above the bound.
-_SAFETY = 8.0
-
-
-@dataclass(frozen=True)
-class ReleaseStats:
-    """Norms of the last release (for logs). ``clean_norm`` is before clipping."""
-
-    clean_norm: float
-    clipped_norm: float
-    noise_norm: float
-    released_norm: float
-    clipped: bool
-    extra_clean_norm: float = 0.0  # WholeBatch only: the n' noise-free images
-
-
-def _check_pos(name: str, v: float, allow_zero: bool = False) -> float:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v != float("inf")
-    if not ok or (v < 0 if allow_zero else v <= 0):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise PrivacyError(f"{name} must be a finite number {bound}, got {v!r}")
-    return float(v)
-
-
-def _require_finite(t: torch.Tensor, what: str) -> None:
-    if not bool(torch.isfinite(t).all()):
-        raise PrivacyError(f"refusing to release a non-finite (NaN/Inf) {what}; nothing was released")
-
-
-def clip_rows(g: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clip each row of a 2-D tensor to L2 norm ``bound``; returns (clipped, clean norms).
-
-    Norms are taken in float64 so huge float32 values cannot overflow to inf, and the
-    scale carries a safety margin so the result, rounded to ``g.dtype``, is <= bound.
-    """
-    g64 = g.to(torch.float64)
-    norms = torch.linalg.vector_norm(g64, dim=1)
-    margin = 1.0 - _SAFETY * torch.finfo(g.dtype).eps
-    scale = torch.where(norms > bound, bound * margin / norms.clamp_min(1e-300), torch.ones_like(norms))
-    return (g64 * scale[:, None]).to(g.dtype), norms
-
-
-def _noise(shape: torch.Size, std: float, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    z = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float64)
-    return (z * std).to(device=like.device, dtype=like.dtype)
-
+__all__ = ["MeanEmbeddingSanitizer", "ParamGradSanitizer", "PerExampleGradSanitizer", "PerSampleSanitizer",
+           "ReleaseStats", "Sanitizer", "WholeBatchSanitizer", "clip_rows"]
 
 class _Barrier(torch.autograd.Function):
     """Identity forward; backward hands the incoming gradient to the sanitizer."""
@@ -93,17 +61,11 @@ class _Barrier(torch.autograd.Function):
         return ctx.owner._on_backward(grad, ctx.token), None, None
 
 
-class _ImageSanitizer:
-    """Shared plumbing: the exactly-once guard and the autograd barrier."""
+class _ImageSanitizer(Sanitizer):
+    """Shared plumbing of the image barriers: the exactly-once guard and the autograd barrier."""
 
     def __init__(self, clip: float, sigma: float, generator: torch.Generator) -> None:
-        if not isinstance(generator, torch.Generator):
-            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
-        self.clip = _check_pos("clip bound C", clip)
-        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
-        self.generator = generator
-        self.last: ReleaseStats | None = None
-        self.releases = 0  # how many times the backward barrier fired, ever
+        super().__init__(sigma, generator, clip=clip)  # releases: how many times the backward barrier fired
         self._tokens = itertools.count(1)
         self._pending: int | None = None
         self._shape: torch.Size | None = None
@@ -161,9 +123,7 @@ class WholeBatchSanitizer(_ImageSanitizer):
     def __init__(self, clip: float, sigma: float, n_private: int, generator: torch.Generator, *,
                  defer_check: bool = False, noise_buffer: torch.Tensor | None = None) -> None:
         super().__init__(clip, sigma, generator)
-        if isinstance(n_private, bool) or not isinstance(n_private, int) or n_private < 1:
-            raise PrivacyError(f"n_private must be a positive integer, got {n_private!r}")
-        self.n_private = n_private
+        self.n_private = check_positive_int("n_private", n_private)
         self.defer_check = defer_check
         self.noise_buffer = noise_buffer
         self._bad: torch.Tensor | None = None  # device flag: some release saw a non-finite value
@@ -190,7 +150,7 @@ class WholeBatchSanitizer(_ImageSanitizer):
         flat = grads.reshape(t, grads.shape[1], -1)
         priv, priv_norm = clip_rows(flat[:, :n].reshape(t, -1), self.clip)
         if self.noise_buffer is None:
-            noise = _noise(priv.shape, self.noise_std, self.generator, priv)
+            noise = draw_noise(priv.shape, self.noise_std, self.generator, priv)
         elif self.noise_buffer.shape != priv.shape:  # shapes are host metadata: no sync
             raise PrivacyError(f"noise_buffer has shape {tuple(self.noise_buffer.shape)}, the release needs "
                                f"{tuple(priv.shape)}")
@@ -256,9 +216,7 @@ class PerSampleSanitizer(_ImageSanitizer):
 
     def __init__(self, clip: float, sigma: float, batch_size: int, generator: torch.Generator) -> None:
         super().__init__(clip, sigma, generator)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise PrivacyError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = check_positive_int("batch_size", batch_size)
 
     @property
     def sample_bound(self) -> float:
@@ -277,25 +235,21 @@ class PerSampleSanitizer(_ImageSanitizer):
 
     def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
         """Sanitize ``grads`` of shape (trials, B, ...)."""
-        _require_finite(grads, "per-sample image gradient")
+        require_finite(grads, "per-sample image gradient")
         t, b = grads.shape[0], grads.shape[1]
         clipped, norms = clip_rows(grads.reshape(t * b, -1), self.sample_bound)
         clipped = clipped.reshape(t, b, -1)
-        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)
+        noise = draw_noise(clipped.shape, self.noise_std, self.generator, clipped)
         released = clipped + noise
-        _require_finite(released, "sanitized per-sample gradient")
+        require_finite(released, "sanitized per-sample gradient")
         norms = norms.reshape(t, b)
-        self.last = ReleaseStats(
-            clean_norm=float(norms[-1].max()),  # the largest per-sample norm
-            clipped_norm=float(torch.linalg.vector_norm(clipped[-1].double(), dim=1).max()),
-            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
-            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
-            clipped=bool((norms[-1] > self.sample_bound).any()),
-        )
+        self._record(clean_norm=float(norms[-1].max()),  # the largest per-sample norm (and clipped one)
+                     clipped=float(torch.linalg.vector_norm(clipped[-1].double(), dim=1).max()),
+                     noise=noise[-1], released=released[-1], was_clipped=bool((norms[-1] > self.sample_bound).any()))
         return released.reshape(grads.shape)
 
 
-class ParamGradSanitizer:
+class ParamGradSanitizer(Sanitizer):
     """grad_theta ablation: clip ALL parameter gradients by one global norm to C, add 2 C sigma noise.
 
     Call :meth:`sanitize_` after ``loss.backward()`` and before ``optimizer.step()``. A
@@ -304,16 +258,12 @@ class ParamGradSanitizer:
     """
 
     def __init__(self, params: list[torch.nn.Parameter], clip: float, sigma: float, generator: torch.Generator) -> None:
-        if not isinstance(generator, torch.Generator):
+        if not isinstance(generator, torch.Generator):  # before the parameters: every barrier's first refusal
             raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise PrivacyError("ParamGradSanitizer needs at least one parameter that requires grad")
-        self.clip = _check_pos("clip bound C", clip)
-        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
-        self.generator = generator
-        self.last: ReleaseStats | None = None
-        self.releases = 0
+        super().__init__(sigma, generator, clip=clip)
         self._hits: dict[int, int] = {}
         self._handles = [p.register_post_accumulate_grad_hook(self._on_accumulate) for p in self.params]
 
@@ -354,185 +304,11 @@ class ParamGradSanitizer:
 
     def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
         """Sanitize flattened parameter gradients of shape (trials, P)."""
-        _require_finite(grads, "parameter gradient")
+        require_finite(grads, "parameter gradient")
         clipped, norms = clip_rows(grads.reshape(grads.shape[0], -1), self.clip)
-        noise = _noise(clipped.shape, self.noise_std, self.generator, clipped)
+        noise = draw_noise(clipped.shape, self.noise_std, self.generator, clipped)
         released = clipped + noise
-        _require_finite(released, "sanitized parameter gradient")
-        self.last = ReleaseStats(
-            clean_norm=float(norms[-1]),
-            clipped_norm=float(torch.linalg.vector_norm(clipped[-1].double())),
-            noise_norm=float(torch.linalg.vector_norm(noise[-1].double())),
-            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
-            clipped=bool(norms[-1] > self.clip),
-        )
+        require_finite(released, "sanitized parameter gradient")
+        self._record(clean_norm=float(norms[-1]), clipped=clipped[-1], noise=noise[-1], released=released[-1],
+                     was_clipped=bool(norms[-1] > self.clip))
         return released.reshape(grads.shape)
-
-
-class MeanEmbeddingSanitizer:
-    """DP-MERF barrier: the label-conditional mean embedding, released ONCE with the Gaussian mechanism.
-
-    Each record contributes ``phi(x) (x) e_y`` (its feature row in its label's block); its norm
-    equals ``||phi(x)||``, which is clipped here to ``bound`` (random Fourier features have norm 1
-    by construction, but the bound is enforced, not assumed). Neighbouring datasets replace one
-    record (n is public): the mean changes by at most ``2 bound / n`` in L2 -- the two rows of
-    norm <= bound may sit at opposite ends of the ball in the same label block -- so the noise is
-    ``N(0, (2 bound sigma / n)^2)`` per coordinate: a Gaussian mechanism of multiplier ``sigma``.
-
-    :meth:`add` takes the records in chunks (the (classes x features) sum is all that is kept);
-    :meth:`release` noises the mean once and refuses a second release, a release before all ``n``
-    records were added, and non-finite values. ``release_batch`` is the same math with a leading
-    trials axis, for the Monte-Carlo audit.
-    """
-
-    def __init__(self, sigma: float, n_records: int, num_classes: int, generator: torch.Generator,
-                 bound: float = 1.0) -> None:
-        if not isinstance(generator, torch.Generator):
-            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
-        if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
-            raise PrivacyError(f"n_records must be a positive integer, got {n_records!r}")
-        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
-        self.bound = _check_pos("feature norm bound", bound)
-        self.n_records, self.num_classes, self.generator = n_records, int(num_classes), generator
-        self.added = 0
-        self.released = False
-        self.max_clean_norm = 0.0
-        self._sum: torch.Tensor | None = None
-        self.last: ReleaseStats | None = None
-
-    @property
-    def noise_std(self) -> float:
-        return 2.0 * self.bound * self.sigma / self.n_records
-
-    def _class_sums(self, features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(..., classes, D) float64 sums of the clipped rows per label, and the rows' clean norms."""
-        lead, d = features.shape[:-2], features.shape[-1]
-        clipped, norms = clip_rows(features.reshape(-1, d), self.bound)
-        clipped = clipped.to(torch.float64).reshape(-1, features.shape[-2], d)
-        out = torch.zeros(clipped.shape[0], self.num_classes, d, dtype=torch.float64, device=features.device)
-        out.index_add_(1, labels.to(features.device).long(), clipped)
-        return out.reshape(*lead, self.num_classes, d), norms
-
-    def _noised_mean(self, total: torch.Tensor) -> torch.Tensor:
-        mean = total / self.n_records
-        noise = _noise(mean.shape, self.noise_std, self.generator, mean)
-        released = mean + noise
-        _require_finite(released, "noisy mean embedding")
-        def last_norm(t: torch.Tensor) -> float:  # of the last trial's (classes x D) block
-            return float(torch.linalg.vector_norm(t.reshape(-1, t.shape[-2] * t.shape[-1])[-1].double()))
-
-        self.last = ReleaseStats(clean_norm=self.max_clean_norm, clipped_norm=last_norm(mean),
-                                 noise_norm=last_norm(noise), released_norm=last_norm(released),
-                                 clipped=self.max_clean_norm > self.bound)
-        return released
-
-    def add(self, features: torch.Tensor, labels: torch.Tensor) -> None:
-        """Accumulate a chunk of records: ``features`` (B, D), ``labels`` (B,) in [0, classes)."""
-        if self.released:
-            raise PrivacyError("the mean embedding was already released; adding records afterwards would "
-                               "need a second release")
-        if features.ndim != 2 or labels.shape != (features.shape[0],):
-            raise PrivacyError(f"expected features (B, D) and labels (B,), got {tuple(features.shape)} and "
-                               f"{tuple(labels.shape)}")
-        if self.added + len(features) > self.n_records:
-            raise PrivacyError(f"more records added ({self.added + len(features)}) than the {self.n_records} "
-                               "the noise is scaled for")
-        _require_finite(features, "feature row")
-        sums, norms = self._class_sums(features[None], labels)
-        self._sum = sums[0] if self._sum is None else self._sum + sums[0]
-        self.added += len(features)
-        self.max_clean_norm = max(self.max_clean_norm, float(norms.max()))
-
-    def release(self) -> torch.Tensor:
-        """The noisy (classes, D) mean embedding, float32; once."""
-        if self.released:
-            raise PrivacyError("the mean embedding is released once; a second release would spend the budget again")
-        if self.added != self.n_records or self._sum is None:
-            raise PrivacyError(f"{self.added} of {self.n_records} records added; the noise is scaled for all of them")
-        self.released = True
-        out = self._noised_mean(self._sum[None])[0].float()
-        self._sum = None
-        return out
-
-    def release_batch(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """``features`` (trials, n, D) of n = n_records records with shared ``labels`` (n,): one
-        independent release per trial (the audit's vectorised path; the object's state is untouched)."""
-        _require_finite(features, "feature row")
-        sums, norms = self._class_sums(features, labels)
-        self.max_clean_norm = float(norms.max())
-        return self._noised_mean(sums).float()
-
-
-class PerExampleGradSanitizer:
-    """DP-SGD barrier (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016,
-    arXiv:1607.00133), as DP-CGAN's discriminator uses it (Torkzadehmahani, Kairouz, Paten, CVPR
-    Workshops 2019, arXiv:2001.09700): each private record's parameter gradient clipped to ``C``, the
-    clipped rows summed, ``N(0, (C sigma)^2)`` added per coordinate, the result divided by the
-    EXPECTED batch size ``B = q N`` (a public constant, never the realised Poisson count, which is
-    private).
-
-    Neighbours add or remove one record (Poisson sampling at rate q): the sum changes by one clipped
-    row, L2 sensitivity ``C``, so one release is a Gaussian mechanism of multiplier ``sigma`` and a run
-    is the Poisson-subsampled Gaussian the accountant charges. Dividing by the public ``B`` is
-    post-processing. :meth:`release` takes the (k, P) per-example gradients of one step (k may be 0:
-    an empty Poisson sample still releases the noise); ``release_batch`` is the same math with a
-    leading trials axis, for the Monte-Carlo audit. :meth:`clip_mean` is NOT a privacy barrier: it
-    clips the per-example gradients of a term that never meets private data (DP-CGAN's fake-sample
-    loss) to the same bound, so the two terms keep the balance the reference gave them.
-    """
-
-    def __init__(self, clip: float, sigma: float, expected_batch: float, generator: torch.Generator) -> None:
-        if not isinstance(generator, torch.Generator):
-            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
-        self.clip = _check_pos("clip bound C", clip)
-        self.sigma = _check_pos("noise multiplier sigma", sigma, allow_zero=True)
-        self.expected_batch = _check_pos("expected batch size", expected_batch)
-        self.generator = generator
-        self.last: ReleaseStats | None = None
-        self.releases = 0
-
-    @property
-    def noise_std(self) -> float:
-        """Std of the noise on the SUM of clipped rows (before the division by the expected batch)."""
-        return self.clip * self.sigma
-
-    def release(self, per_example: torch.Tensor) -> torch.Tensor:
-        """The noisy mean gradient (P,) of one step from its (k, P) per-example gradients."""
-        if per_example.ndim != 2:
-            raise PrivacyError(f"expected per-example gradients (k, P), got shape {tuple(per_example.shape)}")
-        out = self.release_batch(per_example[None])[0]
-        self.releases += 1
-        return out
-
-    def release_batch(self, grads: torch.Tensor) -> torch.Tensor:
-        """Sanitize per-example gradients of shape (trials, k, P); returns (trials, P).
-
-        The finiteness check reads the rows' float64 norms, not the (k, P) input: a row's norm is
-        finite exactly when all its entries are (float32 squares cannot overflow float64), and a
-        second pass over a (600 x 100k) tensor would cost as much as the clip itself."""
-        t, b, p = grads.shape
-        clipped, norms = clip_rows(grads.reshape(t * b, p), self.clip)
-        _require_finite(norms, "per-example parameter gradient")
-        total = clipped.reshape(t, b, p).sum(dim=1).to(torch.float64)  # rows of norm <= C: float32 sum
-        noise = _noise(total.shape, self.noise_std, self.generator, total)
-        released = ((total + noise) / self.expected_batch).to(grads.dtype)
-        _require_finite(released, "sanitized mean gradient")
-        norms = norms.reshape(t, b)
-        self.last = ReleaseStats(
-            clean_norm=float(norms[-1].max()) if b else 0.0,  # the largest per-example norm
-            clipped_norm=float(torch.linalg.vector_norm(total[-1])),
-            noise_norm=float(torch.linalg.vector_norm(noise[-1])),
-            released_norm=float(torch.linalg.vector_norm(released[-1].double())),
-            clipped=bool((norms[-1] > self.clip).any()) if b else False,
-        )
-        return released
-
-    def clip_mean(self, public: torch.Tensor) -> torch.Tensor:
-        """Mean of (k, P) per-example gradients of a term free of private data, each clipped to C; no noise.
-
-        No privacy bound rests on this clip (it only balances the two loss terms), so it scales the
-        rows inside one matrix product instead of ``clip_rows``' float64 copy of the whole tensor."""
-        norms = torch.linalg.vector_norm(public, dim=1)
-        _require_finite(norms, "per-example gradient of the public term")
-        scale = (self.clip / norms.clamp_min(1e-30)).clamp(max=1.0)
-        return (scale @ public) / public.shape[0]

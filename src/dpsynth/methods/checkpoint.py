@@ -40,6 +40,44 @@ def set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator])
         g.set_state(state["generators"][k])
 
 
+class Resumable:
+    """Saving and resuming from what a stepper declares, so no stepper writes them by hand.
+
+    A subclass names ``state_parts()`` -- checkpoint key -> each object with ``state_dict`` /
+    ``load_state_dict`` it trains (generators, critics, optimizers) -- and ``random_streams()`` -- its
+    named ``torch.Generator`` s, the secret ones (noise, sampling) included; whatever else it keeps
+    goes through ``extra_state`` / ``load_extra_state``. The keys are those the steppers always wrote,
+    so an older checkpoint resumes. ``steps_done`` is set from the checkpoint's ``step`` (the loop
+    writes it): a stepper whose schedule depends on the step count gets it back without a line."""
+
+    steps_done: int = 0
+
+    def state_parts(self) -> dict[str, Any]:  # pragma: no cover - every stepper declares its own
+        raise NotImplementedError
+
+    def random_streams(self) -> dict[str, torch.Generator]:  # pragma: no cover - every stepper declares its own
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, Any]:
+        """Checkpointed values that are neither a part nor a random stream (none by default)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``extra_state`` wrote (nothing by default)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**{key: part.state_dict() for key, part in self.state_parts().items()},
+                "rng": rng_state(self.random_streams()), **self.extra_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, part in self.state_parts().items():
+            part.load_state_dict(state[key])
+        set_rng_state(state["rng"], self.random_streams())
+        self.load_extra_state(state)
+        if "step" in state:
+            self.steps_done = int(state["step"])
+
+
 def config_fingerprint(ctx: TrainContext) -> str:
     """Everything a training run's result depends on: the experiment as run at this scale, the
     privacy plan, the preset, the seed, the CPU threads and the training data itself."""

@@ -55,7 +55,7 @@ from torch.nn import functional as F
 
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.artifacts import release_meta
-from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
@@ -137,7 +137,7 @@ def set_flat_grad(module: torch.nn.Module, flat: torch.Tensor) -> None:
         offset += k
 
 
-class DPCGANStepper:
+class DPCGANStepper(Resumable):
     """One DP-CGAN step (a DP-SGD discriminator step, then a generator step through it) as the one
     training loop's stepper."""
 
@@ -216,17 +216,11 @@ class DPCGANStepper:
     def progress(self, stats: dict[str, Any]) -> dict[str, float]:
         return {"g_loss": float(stats["g_loss"])}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"generator": self.G.state_dict(), "discriminator": self.D.state_dict(),
-                "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(), "rng": rng_state(self.gens)}
+    def state_parts(self) -> dict[str, Any]:
+        return {"generator": self.G, "discriminator": self.D, "opt_g": self.opt_g, "opt_d": self.opt_d}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.G.load_state_dict(state["generator"])
-        self.D.load_state_dict(state["discriminator"])
-        self.opt_g.load_state_dict(state["opt_g"])
-        self.opt_d.load_state_dict(state["opt_d"])
-        set_rng_state(state["rng"], self.gens)
-        self.steps_done = int(state["step"])
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.gens  # sample and noise (secret), latent (seeded)
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx

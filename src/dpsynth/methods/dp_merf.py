@@ -29,7 +29,7 @@ import torch
 
 from dpsynth.errors import ConfigError, DataError, DpsynthError
 from dpsynth.methods.artifacts import release_meta
-from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
@@ -86,7 +86,7 @@ def release_embedding(ctx: TrainContext, features: RandomFourierFeatures, sigma:
     return san.release(), san
 
 
-class DPMERFStepper:
+class DPMERFStepper(Resumable):
     """One generator step against the released embedding, as the one training loop's stepper. The
     release itself runs at the first step (after the loop has looked for a checkpoint), so a resumed
     run reloads the released embedding and never reads the data or spends the budget again."""
@@ -139,16 +139,17 @@ class DPMERFStepper:
     def progress(self, stats: dict[str, Any]) -> dict[str, float]:
         return {"loss": float(stats["loss"])}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), "rng": rng_state(self.gens),
-                "embedding": self.embedding}
+    def state_parts(self) -> dict[str, Any]:
+        return {"generator": self.G, "optimizer": self.opt}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.G.load_state_dict(state["generator"])
-        self.opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self.gens)
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.gens
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"embedding": self.embedding}  # the one release: a resumed run never reads the data again
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         self.embedding = state["embedding"]
-        self.steps_done = int(state["step"])
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx

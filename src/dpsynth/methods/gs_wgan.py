@@ -29,7 +29,7 @@ import torch
 
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.artifacts import release_meta
-from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.gswgan_critics import (
     PAPER_N_CRITICS,
@@ -188,7 +188,7 @@ def generator_arch(ctx: TrainContext) -> dict[str, Any]:
                                            "out_channels": int(ctx.data.x_train.shape[1])}}
 
 
-class GSWGANStepper:
+class GSWGANStepper(Resumable):
     """GS-WGAN's step (a critic's turn on its shard, one sanitized generator step, the EMA) as the
     one training loop's stepper (``methods/loop.py``)."""
 
@@ -224,17 +224,11 @@ class GSWGANStepper:
     def progress(self, stats: dict[str, float]) -> dict[str, float]:
         return {"wasserstein": stats["wasserstein"]}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"generator": self.G.state_dict(), "generator_ema": self.G_ema.state_dict(),
-                "optimizer": self.opt.state_dict(), "critics": self.bank.state_dict(), "rng": rng_state(self.gens)}
+    def state_parts(self) -> dict[str, Any]:
+        return {"generator": self.G, "generator_ema": self.G_ema, "optimizer": self.opt, "critics": self.bank}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.G.load_state_dict(state["generator"])
-        self.G_ema.load_state_dict(state["generator_ema"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.bank.load_state_dict(state["critics"])
-        set_rng_state(state["rng"], self.gens)
-        self.steps_done = int(state["step"])
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.gens
 
     def release(self, steps: int) -> Release:
         ctx = self.ctx

@@ -82,7 +82,8 @@ class Stepper(Protocol):
         """Values shown beside epsilon on the progress line of a run WITHOUT central DP."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything an exact resume needs (weights, optimizers, every RNG, the adversary...)."""
+        """Everything an exact resume needs (weights, optimizers, every RNG, the adversary...); every
+        method's stepper gets it, and ``load_state_dict``, from ``checkpoint.Resumable``."""
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from dpsynth.methods.artifacts import release_meta
-from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
@@ -36,7 +36,7 @@ from dpsynth.privacy.sanitizers import ParamGradSanitizer
 __all__ = ["DPSinkhornStepper", "train"]
 
 
-class DPSinkhornStepper:
+class DPSinkhornStepper(Resumable):
     """The one step (:class:`FastStep` or :class:`AdversarialStep`) as the loop's stepper."""
 
     log_fields = STEP_LOG_FIELDS
@@ -65,15 +65,17 @@ class DPSinkhornStepper:
     def progress(self, stats: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
         return {"loss": float(stats[0])}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"arch": self.arch, "generator": self.fast.G.state_dict(), "optimizer": self.fast.opt.state_dict(),
-                "rng": rng_state(self.gens),
+    def state_parts(self) -> dict[str, Any]:
+        return {"generator": self.fast.G, "optimizer": self.fast.opt}
+
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.gens
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"arch": self.arch,
                 "adversary": self.fast.adversary_state() if isinstance(self.fast, AdversarialStep) else None}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.fast.G.load_state_dict(state["generator"])
-        self.fast.opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self.gens)
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         if isinstance(self.fast, AdversarialStep):
             self.fast.load_adversary_state(state["adversary"])
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from dpsynth.config import EntropicWGANHparams
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.artifacts import load_generator
-from dpsynth.methods.checkpoint import rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.entropic_wgan.loss import EXACT_MAX_ENTRIES, LossSpec, TorchDCT, ewgan_loss
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import build_seeded_generator
@@ -50,7 +50,7 @@ def generator_arch(name: str, record_shape: tuple[int, ...]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- training core
 
 
-class EWGANTrainer:
+class EWGANTrainer(Resumable):
     """One generator, its optimizer and the two explicit RNG streams (latents, minibatch indices)."""
 
     def __init__(self, gen: Generator, records: Tensor, spec: LossSpec, hp: EntropicWGANHparams, seed: int) -> None:
@@ -91,14 +91,11 @@ class EWGANTrainer:
         self.opt.step()
         return float(loss.detach())
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.gen.state_dict(), "optimizer": self.opt.state_dict(),
-                "rng": rng_state(self.rng_generators)}
+    def state_parts(self) -> dict[str, Any]:
+        return {"model": self.gen, "optimizer": self.opt}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.gen.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self.rng_generators)
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.rng_generators
 
 
 def fit(records: np.ndarray | Tensor, record_shape: tuple[int, ...], spec: LossSpec, hp: EntropicWGANHparams, *,

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from dpsynth.errors import ConfigError, DataError, DpsynthError
+from dpsynth.methods.checkpoint import Resumable
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.entropic_wgan.fit import EWGANTrainer, generator_arch
 from dpsynth.methods.entropic_wgan.loss import LossSpec, local_noise, loss_spec_for
@@ -41,7 +42,7 @@ def _privacy_report(ctx: TrainContext, noise: dict[str, Any], n_records: int) ->
     )
 
 
-class EWGANStepper:
+class EWGANStepper(Resumable):
     """The entropic WGAN's step as the one training loop's stepper (``methods/loop.py``). Training
     sees only locally privatized records, so its loss is post-processing: logged and released."""
 
@@ -71,12 +72,14 @@ class EWGANStepper:
     def progress(self, stats: float) -> dict[str, float]:
         return {"loss": stats}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {**self.trainer.state_dict(), "spec": asdict(self.spec), "arch": self.arch}
+    def state_parts(self) -> dict[str, Any]:
+        return self.trainer.state_parts()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.trainer.load_state_dict(state)
-        self.steps_done = int(state["step"])
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.trainer.random_streams()
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"spec": asdict(self.spec), "arch": self.arch}
 
     def epsilon(self) -> float:
         """The whole local budget was spent before the first step: epsilon is that, at every step."""

@@ -84,3 +84,21 @@ def test_ledger_is_infinite_with_a_reproducible_run_and_refuses_an_edited_report
     _write(tmp_path, "z", "mnist", bad)
     with pytest.raises(PrivacyError, match=r"runs/z/metrics.json.*epsilon\['rdp_classic'\] = 0.5"):
         build_ledger(tmp_path)
+
+
+def test_ledger_records_each_runs_neighbour_relation(tmp_path: Path) -> None:
+    """Issue 45, fault 12: DP-MERF's single release is stated for replace-one neighbours, the
+    Poisson-sampled runs for add/remove-one; the ledger says which for each run and lists both where a
+    dataset composes both (the decision lives in privacy/verify.py, not in the report)."""
+    from dpsynth.privacy.verify import ADD_REMOVE, REPLACE_ONE
+
+    sigma = acc.calibrate_sigma(1.0, 1, 1e-5, 10.0)
+    merf = json.loads(json.dumps(gaussian_release_report(sigma=sigma, dataset_size=60000, delta=1e-5,
+                                                         bound=1.0).to_dict()))
+    _write(tmp_path, "merf", "mnist", merf)
+    _write(tmp_path, "dps", "mnist", _dps(1000))
+    frame, notes = build_ledger(tmp_path)
+    rel = dict(zip(frame["Released model"], frame["Neighbours"]))
+    assert rel["merf"] == REPLACE_ONE and rel["dps"] == ADD_REMOVE
+    assert rel["ALL 2 (composed)"] == f"{ADD_REMOVE}, {REPLACE_ONE}"
+    assert any("Neighbours" in n for n in notes)

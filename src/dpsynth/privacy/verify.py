@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.local import gaussian_epsilon_eq5
@@ -89,6 +91,39 @@ def composition_unit(report: dict[str, Any], where: str) -> tuple[float, float, 
     if sampling not in acc.SAMPLINGS:
         raise PrivacyError(f"{where}: privacy report field 'sampling' must be one of {acc.SAMPLINGS}, got {sampling!r}")
     return sigma, q, str(sampling), steps
+
+
+def central_rdp(report: dict[str, Any], where: str) -> np.ndarray | None:
+    """The run's total RDP over the classic orders (what the privacy ledger adds up across runs): the
+    same :func:`composition_unit` :func:`recompute_epsilon` accounts; None for a report that is not
+    central DP (a non-private run, local DP)."""
+    mech = report.get("mechanism")
+    if report.get("sigma") is None or mech == NON_PRIVATE or str(mech).startswith("local_"):
+        return None
+    sigma, q, sampling, steps = composition_unit(report, where)
+    return acc.one_step_rdp(sigma, q, sampling) * steps
+
+
+#: The neighbouring relations a report's guarantee can be stated for (``neighbours``).
+ADD_REMOVE, REPLACE_ONE, LOCAL, NO_GUARANTEE = "add/remove one", "replace one", "each record (local)", "none"
+
+
+def neighbours(report: dict[str, Any]) -> str:
+    """The neighbouring datasets the report's epsilon is stated for -- the ledger lists it per run, since
+    runs under different relations compose guarantees about different pairs of datasets:
+
+    - Poisson-subsampled steps (DP-Sinkhorn, DP-CGAN's DP-SGD, GS-WGAN's sound account): add/remove one;
+    - DP-MERF's single release over n public records, and fixed-size batches sampled without
+      replacement: replace one;
+    - local DP: each record is privatized alone; a non-private run: none."""
+    mech = report.get("mechanism")
+    if report.get("sigma") is None or mech == NON_PRIVATE:
+        return NO_GUARANTEE
+    if str(mech).startswith("local_"):
+        return LOCAL
+    if mech == "gaussian_release" or report.get("sampling") == "without_replacement":
+        return REPLACE_ONE
+    return ADD_REMOVE
 
 
 def verify_report(report: Any, where: str) -> dict[str, Any]:

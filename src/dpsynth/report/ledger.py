@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,19 +26,10 @@ import pandas as pd
 from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
-from dpsynth.privacy.verify import composition_unit
+from dpsynth.privacy.verify import central_rdp, neighbours
 from dpsynth.report.runs import Run, fmt_number, read_run
 
 LEDGER = "privacy_ledger"
-
-
-def _rdp(priv: dict[str, Any], where: str) -> np.ndarray | None:
-    """The run's total RDP over the classic orders; None for a run that is not central DP."""
-    mech = priv.get("mechanism")
-    if priv.get("sigma") is None or str(mech).startswith(("none", "local_")):
-        return None
-    sigma, q, sampling, steps = composition_unit(priv, where)  # the unit verify_report accounts
-    return acc.one_step_rdp(sigma, q, sampling) * steps
 
 
 def _runs(results: Path) -> list[Run]:
@@ -63,17 +53,20 @@ def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataF
     records: list[dict[str, str]] = []
     for dataset, runs in sorted(by_dataset.items()):
         rdp_total = np.zeros(len(acc.CLASSIC_ORDERS))
-        deltas, local_eps, local_delta, infinite = [], 0.0, 0.0, []
+        deltas, local_eps, local_delta, infinite, relations = [], 0.0, 0.0, [], set()
         for run in runs:
             priv = run.privacy or {}
             head = priv.get("headline")
             eps = float((priv.get("epsilon") or {}).get(head, math.inf)) if head else math.inf
             repro = is_reproducible(priv)
+            relation = neighbours(priv)
+            relations.add(relation)
             records.append({"Dataset": dataset, "Released model": run.name, "Mechanism": str(priv.get("mechanism")),
+                            "Neighbours": relation,
                             "ε (headline)": fmt_number(eps, 2) + (f" ({head})" if head else ""),
                             "δ": f"{float(priv.get('delta') or 0):g}",
                             "Noise": "reproducible - NOT private" if repro else "secret"})
-            rdp = _rdp(priv, str(run.path))
+            rdp = central_rdp(priv, str(run.path))  # the unit verify_report accounts
             if repro or math.isinf(eps):
                 infinite.append(run.name)
             elif rdp is not None:
@@ -92,15 +85,18 @@ def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataF
                    + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
             delta = delta + local_delta
         records.append({"Dataset": dataset, "Released model": f"ALL {len(runs)} (composed)", "Mechanism": why,
-                        "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
+                        "Neighbours": ", ".join(sorted(relations)), "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
                         "Noise": "-"})
     if not records:
         records.append({"Dataset": "none", "Released model": "no evaluated run yet", "Mechanism": "n/a",
-                        "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})
+                        "Neighbours": "n/a", "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})
     notes = [
         "Every run under results/runs is listed: publishing several models trained on one dataset composes.",
         "Composed central epsilon: the runs' RDP curves summed order by order, classic RDP-to-DP conversion.",
         "Runs on a subset of the data (quick scale) are composed as if every record were in every run: an upper bound.",
         "Non-private runs and runs with reproducible (replayable) noise give no guarantee: the composition is ∞.",
+        "Neighbours: the neighbouring datasets each run's epsilon is stated for (add/remove one record for "
+        "Poisson-sampled training, replace one for DP-MERF's single release and fixed-size batches); the "
+        "composed row lists every relation among its runs, each run's guarantee holding for its own.",
     ]
     return pd.DataFrame.from_records(records), notes

@@ -25,7 +25,8 @@ from tests.conftest import venv_bin
 from tests.pipelines import copy_workspace, env
 
 # timeout: a test that asks for `smoke_pipelines` may wait for both runs (minutes; more on a loaded CPU)
-pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.timeout(2400)]
+# xdist: one worker runs the module, so the experiment below (minutes) is run once, not once per worker
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("dvc")]
 
 EXP = "dps_fmnist"
 GS = "gswgan_fmnist"  # the shared smoke pipeline also trains GS-WGAN: edits of what it reads re-run it
@@ -79,34 +80,69 @@ def repos(smoke_pipelines, tmp_path_factory) -> Repos:
                  copy_workspace(smoke_pipelines.snakemake, base / "snakemake"))
 
 
-def _back_to_baseline(d: Path) -> None:
-    """The committed params.yaml and dvc.lock, and the outputs they record (from the cache)."""
-    sh(d, "git", "checkout", "--", ".")
-    dvc(d, "checkout", "--force")
+#: One `dvc exp run` sets both keys two tests check: a sweep key of a target (its stages retrain) and a
+#: targeted sweep's grid (one more cell). Each retrain is minutes of a 2-core machine; the two used to be
+#: two experiments, each with its own report stage and DVC's experiment set-up.
+EXPERIMENT = (f"{SWEEP_KEY}=1.0", "sweeps.pm_fmnist_quick.grid.p=[1.0,0.5]")
+NEW_CELL = "pm_fmnist_quick-p0.5-m1"
 
 
-def test_repro_status_experiment_and_cache(repos):
+@dataclass
+class Experiment:
+    out: str  # what `dvc exp run` printed
+    base_gen: str  # the baseline generator's digest, and its weights
+    base_w: dict[str, torch.Tensor]
+    base_synth: dict[str, str]  # the baseline synthetic sets' digests
+    exp_gen: str  # the experiment's generator's digest, and its weights
+    exp_w: dict[str, torch.Tensor]
+    shown: list  # `dvc exp show --json`
+    cell_metrics: dict  # the new sweep cell's metrics.json and the report's grid table, as the run left them
+    grid_table: str
+
+
+@pytest.fixture(scope="module")
+def experiment(repos) -> Experiment:
+    """`dvc exp run -S` (EXPERIMENT) in the DVC copy, once, from its clean baseline; left applied."""
     d = repos.dvc
     assert_clean(d)
     assert "Data and pipelines are up to date" in dvc(d, "repro")  # nothing re-runs
     base_gen, base_w = digest(d / GEN), weights(d)
     base_synth = {f.name: digest(f) for f in (d / SYNTH).iterdir()}
+    out = dvc(d, "exp", "run", *(a for kv in EXPERIMENT for a in ("-S", kv)))
+    assert "Ran experiment(s)" in out, out[-3000:]
+    assert_clean(d)
+    shown = json.loads(dvc(d, "exp", "show", "--json"))
+    return Experiment(out, base_gen, base_w, base_synth, digest(d / GEN), weights(d), shown,
+                      json.loads((d / f"results/runs/{NEW_CELL}/metrics.json").read_text()),
+                      (d / "results/tables/pm_grid_fmnist.md").read_text())
 
+
+def _experiments(shown: list) -> list[dict]:
+    return [rev["data"] for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
+
+
+def _back_to_baseline(d: Path) -> None:
+    """The committed params.yaml and dvc.lock, and the outputs they record (from the cache); the outputs
+    of stages the baseline does not have (the experiment's new sweep cell) removed: untracked by git and
+    no longer ignored once its .gitignore files are back (ignored files, e.g. checkpoints, stay)."""
+    sh(d, "git", "checkout", "--", ".")
+    sh(d, "git", "clean", "-fdq")
+    dvc(d, "checkout", "--force")
+
+
+def test_repro_status_experiment_and_cache(repos, experiment):
+    d, out = repos.dvc, experiment.out
     # An experiment on a sweep key: only the stages that depend on it run.
-    out = dvc(d, "exp", "run", "-S", f"{SWEEP_KEY}=1.0")
-    assert f"Running stage 'train@{EXP}'" in out and "Ran experiment(s)" in out, out[-3000:]
+    assert f"Running stage 'train@{EXP}'" in out, out[-3000:]
     assert "Stage 'prepare_data@fashion_mnist' didn't change" in out
-    exp_gen, exp_w = digest(d / GEN), weights(d)
-    assert any(not torch.equal(base_w[k], exp_w[k]) for k in base_w), \
+    assert any(not torch.equal(experiment.base_w[k], experiment.exp_w[k]) for k in experiment.base_w), \
         "the experiment (m=1.0) released the baseline's weights: training resumed a stale checkpoint"
     summary = json.loads((d / f"models/{EXP}/train_summary.json").read_text())
     assert summary["steps_per_s_this_run"] > 0, f"the experiment trained no step: {summary}"
-    assert_clean(d)
 
-    shown = json.loads(dvc(d, "exp", "show", "--json"))
-    exps = [rev for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
-    assert len(exps) == 1, shown
-    data = exps[0]["data"]
+    exps = _experiments(experiment.shown)
+    assert len(exps) == 1, experiment.shown
+    data = exps[0]
     assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
     # `dvc metrics show`: the headline numbers, a few columns, not the ~130 of metrics.json
     headline = data["metrics"][f"results/runs/{EXP}/headline.json"]["data"]
@@ -116,8 +152,8 @@ def test_repro_status_experiment_and_cache(repos):
 
     # The old params.yaml: its results come back from the cache.
     _back_to_baseline(d)
-    assert digest(d / GEN) == base_gen
-    assert {f.name: digest(f) for f in (d / SYNTH).iterdir()} == base_synth
+    assert digest(d / GEN) == experiment.base_gen
+    assert {f.name: digest(f) for f in (d / SYNTH).iterdir()} == experiment.base_synth
     assert_clean(d)
 
     # A params.yaml that ran before (m=1.0, edited by hand): the run cache restores its results.
@@ -125,8 +161,9 @@ def test_repro_status_experiment_and_cache(repos):
     out = dvc(d, "repro")
     assert f"Stage 'train@{EXP}' is cached - skipping run" in out, out[-3000:]
     assert f"Running stage 'train@{EXP}'" not in out and f"Running stage 'sample@{EXP}'" not in out
-    assert digest(d / GEN) == exp_gen
+    assert digest(d / GEN) == experiment.exp_gen
     assert_clean(d)
+    _back_to_baseline(d)
 
 
 CELL_STAGES = {f"{r}_pm_fmnist_quick@1.0-1" for r in ("train", "sample", "evaluate")}
@@ -222,30 +259,23 @@ def test_dvc_commit_records_a_snakemake_run(repos):
     # (that Snakemake and DVC make the same generators: test_workflow_sync's end-to-end test)
 
 
-def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos):
+def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos, experiment):
     """`dvc exp run -S` on a targeted sweep's `p` list: DVC's matrix gains one cell, only that
-    cell's stages (and the report) run, and `dvc exp show` lists the new cell's metrics."""
-    d = repos.dvc
-    _back_to_baseline(d)
-    assert_clean(d)
-    key = "sweeps.pm_fmnist_quick.grid.p"
-    out = dvc(d, "exp", "run", "-S", f"{key}=[1.0,0.5]")
+    cell's stages (and the report) run, and `dvc exp show` lists the new cell's metrics. (The same
+    experiment retrains dps_fmnist: its other key.)"""
+    out = experiment.out
     for r in ("train", "sample", "evaluate"):
         assert f"Running stage '{r}_pm_fmnist_quick@0.5-1'" in out, out[-3000:]
         assert f"Running stage '{r}_pm_fmnist_quick@1.0-1'" not in out
-    assert f"Running stage 'train@{EXP}'" not in out and "Running stage 'report'" in out
-    assert_clean(d)
+    assert f"Running stage 'train@{EXP}'" in out and "Running stage 'report'" in out  # (its other key)
 
-    cell = "pm_fmnist_quick-p0.5-m1"
-    shown = json.loads(dvc(d, "exp", "show", "--json"))
-    exps = [rev["data"] for row in shown for e in (row.get("experiments") or []) for rev in e["revs"]]
+    exps = _experiments(experiment.shown)
     mine = [x for x in exps if x["params"]["params.yaml"]["data"]["sweeps"]["pm_fmnist_quick"]["grid"]["p"] == [1.0, 0.5]]
     assert len(mine) == 1, exps
-    metrics = mine[0]["metrics"][f"results/runs/{cell}/headline.json"]["data"]
+    metrics = mine[0]["metrics"][f"results/runs/{NEW_CELL}/headline.json"]["data"]
     assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"}
-    assert json.loads((d / f"results/runs/{cell}/metrics.json").read_text())["train"]["hparams"]["p"] == 0.5
-    assert cell in (d / "results/tables/pm_grid_fmnist.md").read_text()
-
+    assert experiment.cell_metrics["train"]["hparams"]["p"] == 0.5
+    assert NEW_CELL in experiment.grid_table
 
 
 def test_dvc_plots_show_each_run_and_one_quantity_per_file(repos):

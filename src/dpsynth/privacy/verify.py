@@ -105,7 +105,9 @@ def central_rdp(report: dict[str, Any], where: str) -> np.ndarray | None:
 
 
 #: The neighbouring relations a report's guarantee can be stated for (``neighbours``).
-ADD_REMOVE, REPLACE_ONE, LOCAL, NO_GUARANTEE = "add/remove one", "replace one", "each record (local)", "none"
+# (not "none": the tables' never-an-empty-cell rule reads "none" as an empty cell)
+ADD_REMOVE, REPLACE_ONE, LOCAL, NO_GUARANTEE = ("add/remove one", "replace one", "each record (local)",
+                                                 "no guarantee (non-private run)")
 
 
 def neighbours(report: dict[str, Any]) -> str:
@@ -115,7 +117,7 @@ def neighbours(report: dict[str, Any]) -> str:
     - Poisson-subsampled steps (DP-Sinkhorn, DP-CGAN's DP-SGD, GS-WGAN's sound account): add/remove one;
     - DP-MERF's single release over n public records, and fixed-size batches sampled without
       replacement: replace one;
-    - local DP: each record is privatized alone; a non-private run: none."""
+    - local DP: each record is privatized alone; a non-private run: no guarantee."""
     mech = report.get("mechanism")
     if report.get("sigma") is None or mech == NON_PRIVATE:
         return NO_GUARANTEE

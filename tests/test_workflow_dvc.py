@@ -103,3 +103,34 @@ def test_code_dependencies_are_what_each_stage_imports():
         for dep in (stage.get("do", stage))["deps"]:
             if dep.startswith("src/"):
                 assert (REPO / dep).exists(), (name, dep)
+
+
+def test_dvc_push_never_sends_the_prepared_training_records(tmp_path: Path):
+    """A real `dvc push` to a local remote after the prepare stage ran: the dataset's metadata (.json)
+    arrives, the training records (data/processed/*.npz, `push: false`) do not -- a DVC remote is
+    shared storage, and the records are the private data itself."""
+    import hashlib
+    import json
+
+    from tests.conftest import clear_pipeline, venv_bin
+    from tests.pipelines import copy_workflow, run
+
+    def patch(p: dict) -> None:
+        p.update(scale="smoke", datasets=["digits28"])
+        clear_pipeline(p)
+        p["evaluation"]["real_datasets"] = []
+
+    d = copy_workflow(tmp_path / "w", patch)
+    dvc = venv_bin("dvc")
+    run([dvc, "repro", "prepare_data@digits28"], d, timeout=600)
+    remote = tmp_path / "remote"
+    run([dvc, "remote", "add", "-d", "store", str(remote)], d)
+    run([dvc, "push"], d, timeout=300)
+    pushed = {f.parent.name + f.name for f in remote.rglob("*") if f.is_file()}
+    md5 = {rel: hashlib.md5((d / rel).read_bytes()).hexdigest()
+           for rel in ("data/processed/digits28.npz", "data/processed/digits28.json")}
+    assert md5["data/processed/digits28.json"] in pushed, (sorted(pushed), md5)  # the push itself worked
+    assert md5["data/processed/digits28.npz"] not in pushed, "dvc push sent the training records to the remote"
+    lock = json.dumps(yaml.safe_load((d / "dvc.lock").read_text()))
+    assert md5["data/processed/digits28.npz"] in lock  # still cached and recorded: checkout restores it
+

@@ -39,7 +39,8 @@ HEADER = """\
 # sweep's lists, `datasets`, `evaluation.real_datasets` or `w2_noise` needs no regeneration: DVC
 # reads those from params.yaml. The same stages as the Snakefile (tests/test_workflow_sync.py).
 # Outputs under private/ (warm-started critics, sweep checkpoints) are kept out of the DVC cache:
-# they are trained on the private data without noise and must never be pushed to a remote.
+# they are trained on the private data without noise and must never be pushed to a remote. The
+# prepared datasets (data/processed/*.npz: the training records themselves) are cached but `push: false`.
 """
 
 #: stage group kind -> the CLI module its command runs (its code dependencies start there)
@@ -47,6 +48,7 @@ CLI_MODULE = {"settings": "workflow", "prepare_data": "data", "privatize": "priv
               "sample": "sample", "evaluate": "evaluate", "w2_noise": "w2noise", "report": "report"}
 
 UNCACHED = {"cache": False}
+NOT_PUSHED = {"push": False}
 
 
 @cache
@@ -161,7 +163,9 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     stages["prepare_data"] = {"foreach": "${datasets}", "do": {
         "cmd": "dpsynth data prepare ${item} --params params.yaml",
         "deps": [settings_path("prepare_data", "${item}"), *_code("prepare_data")], 
-        "outs": ["data/processed/${item}.npz", "data/processed/${item}.json"]}}
+        # the prepared training records: cached (going back to an old params.yaml restores them) but never
+        # pushed -- a DVC remote would otherwise receive the private dataset itself
+        "outs": [{"data/processed/${item}.npz": dict(NOT_PUSHED)}, "data/processed/${item}.json"]}}
     stages.update(_experiment_groups(params))
     for sweep in params.pipeline.sweeps:
         stages.update(_sweep_groups(params, sweep))

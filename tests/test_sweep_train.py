@@ -12,21 +12,21 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import digits28_smoke_params, run_cli, venv_bin
+from tests.conftest import digits28_smoke_params, run_cli, venv_bin, with_digits28
 
 # slow; one xdist worker for the module: its module-scoped runs are computed once, not once per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep_train")]
 
 
-def _params(tmp_path: Path, grid: dict, *, steps: int, noise: str, together: bool = True) -> Path:
+def _params(tmp_path: Path, processed: Path, grid: dict, *, steps: int, noise: str, together: bool = True) -> Path:
+    """A params.yaml with the sweep ``sw`` over ``grid``, and the session's prepared digits28 in its data root."""
     p = digits28_smoke_params("dps_d28", steps, privacy_noise=noise)
     p["sweeps"]["sw"] = {"base": "dps_d28", "grid": grid, "train_together": together}
     p["pipeline"]["sweeps"] = ["sw"]
     p["data"]["root"] = str(tmp_path / "data")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(p))
-    r = run_cli("data", "prepare", "digits28", "--params", str(path))
-    assert r.returncode == 0, r.stderr
+    with_digits28(processed, tmp_path / "data")
     return path
 
 
@@ -42,11 +42,11 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def together_and_alone(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def together_and_alone(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> dict:
     """Two cells (m = 0 and m = 1) of one sweep, 3 steps, reproducible noise: trained together and
     released by their own train jobs, and, in other directories, each trained alone."""
     tmp = tmp_path_factory.mktemp("sweep_train")
-    params = _params(tmp, {"m": [0, 1]}, steps=3, noise="reproducible")
+    params = _params(tmp, digits28_processed, {"m": [0, 1]}, steps=3, noise="reproducible")
     cells = ["sw-m0", "sw-m1"]
     r = run_cli("train-sweep", "sw", "--params", str(params), *_dirs(tmp / "together"), timeout=600)
     assert r.returncode == 0, r.stderr
@@ -99,11 +99,12 @@ def test_each_cell_is_released_by_its_own_train_job_without_training(together_an
     assert not list((tmp / "together" / "private" / "sweep_groups" / "sw").glob("*.pt"))
 
 
-def test_secret_noise_is_drawn_per_run_and_cells_of_two_p_values_form_two_groups(tmp_path: Path) -> None:
+def test_secret_noise_is_drawn_per_run_and_cells_of_two_p_values_form_two_groups(tmp_path: Path,
+                                                                                 digits28_processed: Path) -> None:
     """Secret mode: the same sweep trained twice gives different generators (the sampling and the
     noise come from OS entropy, not the seed); a p grid trains as one group per p. Fails if the
     batched path fell back to seeded noise."""
-    params = _params(tmp_path, {"p": [0.2, 0.5]}, steps=4, noise="secret")
+    params = _params(tmp_path, digits28_processed, {"p": [0.2, 0.5]}, steps=4, noise="secret")
     runs = []
     for k in range(2):
         r = run_cli("train-sweep", "sw", "--params", str(params), "--no-progress", "--json",
@@ -118,8 +119,9 @@ def test_secret_noise_is_drawn_per_run_and_cells_of_two_p_values_form_two_groups
     assert any(not torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
-def test_without_train_together_the_markers_say_alone_and_nothing_trains(tmp_path: Path) -> None:
-    params = _params(tmp_path, {"m": [0, 1]}, steps=4, noise="secret", together=False)
+def test_without_train_together_the_markers_say_alone_and_nothing_trains(tmp_path: Path,
+                                                                        digits28_processed: Path) -> None:
+    params = _params(tmp_path, digits28_processed, {"m": [0, 1]}, steps=4, noise="secret", together=False)
     r = run_cli("train-sweep", "sw", "--params", str(params), *_dirs(tmp_path))
     assert r.returncode == 0, r.stderr
     marker = json.loads((tmp_path / "private" / "sweeps" / "sw" / "group.json").read_text())
@@ -193,7 +195,7 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
         assert [r["step"] for r in got["log_rows"]] == [r["step"] for r in ref["log_rows"]]
 
 
-def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
+def test_cells_on_different_records_never_share_a_group(tmp_path: Path, digits28_processed: Path) -> None:
     """A seed sweep under a train_subset trains each seed on another subset: such cells form one
     group each (a shared batched sweep would train both on the first cell's records)."""
     from dpsynth.methods.dp_sinkhorn.together import group_by_shape
@@ -206,7 +208,7 @@ def test_cells_on_different_records_never_share_a_group(tmp_path: Path) -> None:
     p["data"]["root"] = str(tmp_path / "data")
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(p))
-    assert run_cli("data", "prepare", "digits28", "--params", str(params)).returncode == 0
+    with_digits28(digits28_processed, tmp_path / "data")
     cells = ["sw-m0-seed0", "sw-m0-seed1", "sw-m1-seed0", "sw-m1-seed1"]
     ctxs = [build_context(c, params_file=str(params), out=str(tmp_path / "m"), private_out=str(tmp_path / "p"),
                           device="cpu", progress=False) for c in cells]

@@ -20,19 +20,19 @@ import yaml
 from dpsynth.config import parse_params
 from dpsynth.errors import ConfigError
 from dpsynth.privacy import accounting as acc
-from tests.conftest import REPO, digits28_smoke_params, run_cli
+from tests.conftest import REPO, digits28_smoke_params, run_cli, with_digits28
 
 BUDGET = 6  # the smoke scale's step budget here
 
 
-def _train_cells(tmp_path: Path, grid: dict) -> dict[str, dict]:
+def _train_cells(tmp_path: Path, processed: Path, grid: dict) -> dict[str, dict]:
     p = digits28_smoke_params("dps_d28", BUDGET)
     p["sweeps"]["sw"] = {"base": "dps_d28", "grid": grid}
     p["pipeline"]["sweeps"] = ["sw"]
     p["data"]["root"] = str(tmp_path / "data")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(p))
-    assert run_cli("data", "prepare", "digits28", "--params", str(path)).returncode == 0
+    with_digits28(processed, tmp_path / "data")  # the session's prepared digits28
     out = {}
     for cell in parse_params(p).cells_of("sw"):
         r = run_cli("train", cell, "--params", str(path), "--out", str(tmp_path / "models"),
@@ -43,10 +43,10 @@ def _train_cells(tmp_path: Path, grid: dict) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_an_lr_sweep_trains_each_cell_at_its_lr_times_the_multiplier(tmp_path: Path) -> None:
+def test_an_lr_sweep_trains_each_cell_at_its_lr_times_the_multiplier(tmp_path: Path, digits28_processed: Path) -> None:
     shipped = yaml.safe_load((REPO / "params.yaml").read_text())
     factor = shipped["scales"]["smoke"]["lr_multiplier"]["dp_sinkhorn"]
-    runs = _train_cells(tmp_path, {"lr": [1.0e-5, 3.0e-5]})
+    runs = _train_cells(tmp_path, digits28_processed, {"lr": [1.0e-5, 3.0e-5]})
     trained = {name: s["hparams"]["lr"] for name, s in runs.items()}
     assert trained == {"sw-lr1e-05": pytest.approx(1e-5 * factor), "sw-lr3e-05": pytest.approx(3e-5 * factor)}
     # the ratio the user swept is the ratio trained (before the multiplier, every cell trained at one lr)
@@ -55,10 +55,10 @@ def test_an_lr_sweep_trains_each_cell_at_its_lr_times_the_multiplier(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_sigma_sweep_keeps_the_papers_trade_at_a_step_budget(tmp_path: Path) -> None:
+def test_a_sigma_sweep_keeps_the_papers_trade_at_a_step_budget(tmp_path: Path, digits28_processed: Path) -> None:
     """Each cell spends the same epsilon 10; a larger sigma buys more steps, in the ratio the papers'
     way (steps derived from sigma) gives, and trains with a larger calibrated sigma."""
-    runs = _train_cells(tmp_path, {"sigma": [0.9, 1.1, 1.5]})
+    runs = _train_cells(tmp_path, digits28_processed, {"sigma": [0.9, 1.1, 1.5]})
     n = len(np.load(tmp_path / "data/processed/digits28.npz")["y_train"])
     q = 50 / n  # the experiment's batch (below the smoke cap) over the training records
 

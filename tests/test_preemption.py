@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO, digits28_smoke_params
+from tests.conftest import REPO, digits28_smoke_params, with_digits28
 
 EXP = "dps_digits"
 STEPS = 12
@@ -126,12 +126,13 @@ def _resume_and_compare(cwd: Path, out: str, reference: Path, resumed_from: int)
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A working directory with the params, the prepared data and an uninterrupted reference run."""
+def workdir(tmp_path_factory, digits28_processed: Path) -> Path:
+    """A working directory with the params, the prepared data (the session's digits28) and an
+    uninterrupted reference run."""
     d = tmp_path_factory.mktemp("preempt")
     (d / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
-    res = _dpsynth(d, ["data", "prepare", "digits28", "--params", "params.yaml"])
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert _params()["data"]["root"] == "data"
+    with_digits28(digits28_processed, d / "data")
     res = _dpsynth(d, _cmd("reference", "--no-progress"))
     assert res.returncode == 0, res.stderr[-3000:]
     ref = d / "reference" / EXP

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dpsynth.progress import ENV_EVERY, Progress, format_duration
-from tests.conftest import digits28_smoke_params
+from tests.conftest import digits28_smoke_params, with_digits28
 
 LINE = re.compile(r"^\[train (\w+)\] step (\d+)/(\d+) \(([\d.]+)%\) \| ([\d.e+-]+) step/s")
 
@@ -63,14 +63,14 @@ def test_durations():
     assert [format_duration(s) for s in (4.4, 75, 3725, float("inf"))] == ["4s", "1m15s", "1h02m", "?"]
 
 
-def test_a_private_training_job_logs_steps_and_epsilon_but_not_its_loss(tmp_path):
+def test_a_private_training_job_logs_steps_and_epsilon_but_not_its_loss(tmp_path, digits28_processed):
     """`dpsynth train --no-progress` (as Snakemake and DVC run it), with output to a file: lines
     with step/total, rate, ETA and epsilon spent against the target. The loss is computed on the
     private records without noise, so it is not in a private run's log."""
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(digits28_smoke_params("dps_digits", 12)))
     env = {**os.environ, ENV_EVERY: "0"}
     cli = [sys.executable, "-m", "dpsynth.cli"]
-    subprocess.run([*cli, "data", "prepare", "digits28"], cwd=tmp_path, check=True, capture_output=True, env=env)
+    with_digits28(digits28_processed, tmp_path / "data")  # the params' data root: "data"
     with open(tmp_path / "train.log", "w") as log:
         res = subprocess.run([*cli, "train", "dps_digits", "--no-progress", "--device", "cpu"], cwd=tmp_path,
                              stdout=log, stderr=subprocess.STDOUT, env=env, timeout=600)

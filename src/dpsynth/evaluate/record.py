@@ -122,9 +122,8 @@ def _check_summary(key: str, rec: dict[str, Any], bounds: tuple[float, float]) -
     bad = [v for v in values if not lo <= v <= hi]
     if bad:
         raise MetricsError(f"{key}.values", f"holds {bad[0]}, outside [{lo:g}, {hi:g}]")
-    n = len(values)
-    want_mean = math.fsum(values) / n
-    want_std = math.sqrt(math.fsum((v - want_mean) ** 2 for v in values) / n)
+    want = mean_std(values)  # the summary every record is written with
+    n, want_mean, want_std = want["n"], want["mean"], want["std"]
     if rec.get("n", n) != n:
         raise MetricsError(f"{key}.n", f"is {rec.get('n')!r} but {n} values are recorded")
     if not math.isclose(mean, want_mean, rel_tol=1e-9, abs_tol=1e-12):

@@ -350,9 +350,10 @@ def fid_from_statistics(a: FidStatistics, b: FidStatistics) -> float:
     # A set with kept features and fewer images than dimensions (every set below the paper scale) gives
     # its covariance factor: no 2048 x 2048 eigendecomposition (~5 s of a CPU thread). The distance is
     # symmetric, so the factored set goes first.
-    if _small_set_factor(a) is None:
-        a, b = b, a
-    return frechet_distance(a.mu, a.sigma, b.mu, b.sigma, factor1=_small_set_factor(a), factor2=_small_set_factor(b))
+    fa, fb = _small_set_factor(a), _small_set_factor(b)
+    if fa is None:
+        (a, fa), (b, fb) = (b, fb), (a, fa)
+    return frechet_distance(a.mu, a.sigma, b.mu, b.sigma, factor1=fa, factor2=fb)
 
 
 ImagesOrStats = Union[np.ndarray, FidStatistics]

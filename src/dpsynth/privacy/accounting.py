@@ -264,8 +264,16 @@ def calibrate_sigma(
 ) -> float:
     """Smallest noise multiplier (to ``rel_tol``) whose epsilon after ``steps`` is <= target.
 
-    Bisection on log(sigma); the returned value always meets the target (it is the upper
-    end of the final bracket), so rounding never makes a run exceed its budget.
+    A bracket [lo, hi] on sigma with ``not ok(lo)`` and ``ok(hi)`` is narrowed until
+    hi / lo <= 1 + rel_tol; the returned value is its upper end, so it always meets the target
+    and rounding never makes a run exceed its budget. Why not plain bisection: each epsilon is an
+    RDP evaluation at 151 orders (up to ~0.2 s at small sigma), bisection needs 17 to 20 of them,
+    and every private train job calibrates. log(epsilon) is smooth and decreasing in log(sigma),
+    so the next guess is the secant through the two evaluated points nearest the target; once a
+    point is within 1 % of it, the round probes just above and just below the guess, which closes
+    the bracket when the guess is within rel_tol / 4 (6 to 14 evaluations on the cases of
+    tests/test_privacy_accounting.py). A guess outside the bracket, and every round after the
+    twelfth, bisects, so the search ends like bisection would; only the bracket decides the result.
     """
     q, delta = check_q(q), check_delta(delta)
     steps, target_eps = check_steps(steps), check_epsilon(target_eps, "target epsilon")
@@ -273,22 +281,62 @@ def calibrate_sigma(
     if steps == 0:
         raise PrivacyError("steps must be >= 1 to calibrate sigma")
 
-    def ok(s: float) -> bool:
-        return _epsilon_for(conversion, s, q, steps, delta, sampling) <= target_eps
+    def eps_at(s: float) -> float:
+        return _epsilon_for(conversion, s, q, steps, delta, sampling)
 
     lo, hi = 1e-2, 1.0
-    while not ok(hi):
+    e_hi = eps_at(hi)
+    while not e_hi <= target_eps:
         lo, hi = hi, hi * 2
         if hi > 1e6:
             raise PrivacyError(f"no sigma <= 1e6 reaches epsilon {target_eps} in {steps} steps at q={q}")
-    while ok(lo):
-        hi, lo = lo, lo / 2
+        e_hi = eps_at(hi)
+    e_lo = eps_at(lo)
+    while e_lo <= target_eps:
+        hi, e_hi, lo = lo, e_lo, lo / 2
         if lo < 1e-4:
             return hi
-    while hi / lo > 1 + rel_tol:  # invariant: ok(hi), not ok(lo)
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        e_lo = eps_at(lo)
+    seen = [(lo, e_lo), (hi, e_hi)]  # every (sigma, epsilon) evaluated; the guesses come from them
+    step = math.log1p(rel_tol) / 4  # probes at guess * exp(+-step): a closed bracket is (1 + rel_tol)^(1/2) wide
+    rounds = 0
+    while hi / lo > 1 + rel_tol:  # invariant: eps_at(hi) <= target < eps_at(lo)
+        rounds += 1
+        (a, e_a), (b, e_b) = sorted(seen, key=lambda p: _log_miss(p[1], target_eps))[:2]
+        guess = _secant_log(a, e_a, b, e_b, target_eps)
+        if rounds > _SECANT_ROUNDS or not lo < guess < hi:
+            probes = (math.sqrt(lo * hi),)  # bisection: the search is never worse than it
+        elif _log_miss(e_a, target_eps) < 0.01:  # close: the guess is too; probe both sides of it
+            probes = (guess * math.exp(step), guess * math.exp(-step))
+        else:
+            probes = (guess,)
+        for s in probes:
+            if lo < s < hi:
+                e = eps_at(s)
+                seen.append((s, e))
+                if e <= target_eps:
+                    hi = s
+                else:
+                    lo = s
     return hi
+
+
+_SECANT_ROUNDS = 12  # then plain bisection (a safeguard; the cases measured close in 3 to 6 rounds)
+
+
+def _log_miss(eps: float, target: float) -> float:
+    """How far an epsilon is from the target, on a log scale (infinite for 0 or infinity)."""
+    return abs(math.log(eps / target)) if 0 < eps < math.inf else math.inf
+
+
+def _secant_log(a: float, e_a: float, b: float, e_b: float, target: float) -> float:
+    """Where the line through (log a, log e_a) and (log b, log e_b) reaches log target; NaN when
+    that line is undefined (an epsilon of 0 or infinity, or a flat line)."""
+    if not (0 < e_a < math.inf and 0 < e_b < math.inf and e_a != e_b and target > 0):
+        return math.nan
+    x_a, x_b = math.log(a), math.log(b)
+    y_a, y_b, y = math.log(e_a), math.log(e_b), math.log(target)
+    return math.exp(x_a + (y - y_a) * (x_b - x_a) / (y_b - y_a))
 
 
 # --------------------------------------------------------------------------- GS-WGAN (docs/deviations.md row 8)

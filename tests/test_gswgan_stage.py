@@ -97,7 +97,7 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
     names, _ = available_models()
     for rec in (real, run):
         assert rec["accuracy"]["models"] == [*names, "cnn"]  # the zoo's models and the project's CNN
-        assert rec["zoo"]["n_train"] == smoke.zoo_train_subset == 500
+        assert rec["zoo"]["n_train"] == smoke.zoo_train_subset == 200
         assert rec["accuracy"]["avg"]["mean"] == pytest.approx(np.mean(list(rec["accuracy"]["per_set"][0].values())))
         assert rec["is"]["splits"] == 10 and 1.0 <= rec["is"]["mean"] <= 10.0
         # FID against the training split, and KID / FID-infinity beside it from the same features
@@ -161,7 +161,7 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert real["Calibrated Acc (%) ours"] == "100.0 ± 0.0" and real["ε paper"] == "not reported"
     assert ours["ε paper"] == "10 (δ=1e-05)"
     # the notes say how ours were computed: sizes, network, models, what differs from the authors
-    assert "500 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
+    assert "200 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
     assert "LeNet-5" in text and "Calibrated Acc ours: per synthetic set" in text
     assert "9.80" in csv and "100 %" in csv
 

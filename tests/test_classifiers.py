@@ -216,3 +216,24 @@ def test_max_batches_is_what_a_fit_runs(digits: tuple[np.ndarray, ...], monkeypa
                        on_batch=lambda: calls.append(1))
     assert len(calls) == clf.max_batches("mlp", 300, 2) == 2 * 3  # 270 fit images in batches of 128
     assert clf.max_batches("logreg", 300, 2) is None
+
+
+def test_a_test_subset_scores_every_kind_and_set_on_the_same_seeded_images(digits: tuple[np.ndarray, ...]) -> None:
+    """``classifier_test_subset`` (the smoke scale's): each run is scored on that many test images, the
+    same ones for every kind and training set (drawn once with the seed), and the accuracy is the one
+    the full scorer gives on exactly those images; unset, the whole split as the papers do."""
+    from dpsynth.data.dataset import Dataset, subset_indices
+    from dpsynth.evaluate.metrics import classifier_scores
+
+    xtr, ytr, xte, yte = digits
+    real = Dataset("digits", xtr, ytr, xte, yte, 10)
+    sets = [(xtr[:600], ytr[:600]), (xtr[600:1200], ytr[600:1200])]
+    got = classifier_scores(sets, real, kinds=["logreg"], max_epochs=1, train_subset=None, test_subset=100)
+    runs = got["logreg"]["runs"]
+    assert [r["n_test"] for r in runs] == [100, 100]
+    idx = subset_indices(len(xte), 100, 0)
+    for k, (x, y) in enumerate(sets):
+        fitted = fit_classifier("logreg", x, y, num_classes=10, seed=k)
+        assert runs[k]["accuracy"] == score_classifier(fitted, xte[idx], yte[idx])
+    full = classifier_scores(sets[:1], real, kinds=["logreg"], max_epochs=1, train_subset=None)
+    assert full["logreg"]["runs"][0]["n_test"] == 360

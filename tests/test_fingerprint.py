@@ -70,6 +70,8 @@ def test_evaluation_and_preset_edits_reach_only_the_stages_that_read_them():
     fid = changed_by(lambda p: p["scales"][scale].update(fid_samples=123))
     assert {s for s, _ in fid} == {"evaluate", "evaluate_real", "report"}
     assert fid >= {("evaluate", t) for t in parse_params(SHIPPED).pipeline_targets()}
+    scored = changed_by(lambda p: p["scales"][scale].update(classifier_test_subset=321))
+    assert {s for s, _ in scored} == {"evaluate", "evaluate_real", "report"}
     n_syn = changed_by(lambda p: p["scales"][scale].update(n_synthetic=777))
     assert {s for s, _ in n_syn} == {"sample", "report"}
     steps = changed_by(lambda p: p["scales"][scale].update(train_steps=11))

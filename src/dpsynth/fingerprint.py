@@ -24,8 +24,8 @@ from dpsynth.config.scales import PROTOCOL_SIZES
 
 #: Preset fields each job kind reads (the rest of the preset belongs to other stages).
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
-_EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "fid_samples",
-             "fid_reference_samples")
+_EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "classifier_test_subset",
+             "fid_samples", "fid_reference_samples")
 _W2 = ("w2_noise_steps", "w2_noise_train_subset")
 #: Read only by the evaluate jobs of a table with that ``protocol:`` (``_protocols``), by no other job.
 _PROTOCOLS = tuple(PROTOCOL_SIZES.values())

@@ -24,7 +24,7 @@ KEYS = ("x_train", "y_train", "x_test", "y_test")
 def subset_indices(n: int, subset: int | None, seed: int) -> np.ndarray | None:
     """``subset`` of ``n`` record indices, sorted, drawn without replacement and fixed by ``seed``
     (None: all): the one subset choice, for a scale's private training records and the
-    evaluation's classifier training sets alike."""
+    evaluation's classifier training sets and, at the smoke scale, its test subset alike."""
     if subset is None or subset >= n:
         return None
     return np.sort(np.random.default_rng(seed).choice(n, size=subset, replace=False))

@@ -50,11 +50,13 @@ def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.
 def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
                       max_epochs: int, train_subset: int | None, seed: int = 0,
                       on_fitted: Callable[[Any], None] | None = None,
-                      sources: list[str | Path] | None = None) -> dict[str, Any]:
+                      sources: list[str | Path] | None = None, test_subset: int | None = None) -> dict[str, Any]:
     """Accuracy on the real test split of each classifier kind, mean/std over the training sets.
     ``on_fitted`` receives each fitted model (``classifiers.train_and_score``); ``sources`` (the file of
-    each training set) are named in a data error about that set."""
+    each training set) are named in a data error about that set. ``test_subset``: score on that many
+    test images (drawn once with ``seed``, the same for every kind and set; each run records n_test)."""
     out: dict[str, Any] = {}
+    x_test, y_test = _subset(real.x_test, real.y_test, test_subset, seed)
     for kind in kinds:
         runs = []
         for k, (x, y) in enumerate(train_sets):
@@ -63,7 +65,7 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
             with Progress(max_batches(kind, len(xs), max_epochs), f"classifier {kind} set {k + 1}/{len(train_sets)}", unit="batch",
                           bar=False) as bar:
                 with _naming(sources[k] if sources else None):
-                    runs.append(train_and_score(kind, xs, ys, real.x_test, real.y_test, num_classes=real.num_classes,
+                    runs.append(train_and_score(kind, xs, ys, x_test, y_test, num_classes=real.num_classes,
                                                 seed=seed + k, max_epochs=max_epochs, on_batch=bar.update,
                                                 on_fitted=on_fitted))
                 bar.set(accuracy=runs[-1]["accuracy"], epochs=runs[-1]["epochs_run"])
@@ -319,7 +321,7 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
                        fid_download: bool, fid_timeout: float, conditional: bool = True,
                        fid_cache: str | Path | None = None, fid_reference: int | None = None,
-                       gswgan: GsWganSettings | None = None) -> dict[str, Any]:
+                       gswgan: GsWganSettings | None = None, test_subset: int | None = None) -> dict[str, Any]:
     """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
     (the local-privacy method); FID whenever the records are images. With ``gswgan``, also GS-WGAN's
     Table 1 protocol (``gswgan_protocol``) for a conditional image generator, as ``protocols``."""
@@ -338,7 +340,7 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
     t1 = time.perf_counter()
     if conditional:
         clf, w2 = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset,
-                                    sources=list(paths)), None
+                                    sources=list(paths), test_subset=test_subset), None
     else:
         clf, w2 = {}, w2_scores([x for x, _ in sets], real, sources=list(paths))
     t2 = time.perf_counter()

@@ -46,7 +46,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         keep = (lambda f: gswgan.is_cache.store(f) if f.kind == "cnn" else None) if gswgan else None
         classifiers = classifier_scores(train_sets, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                         train_subset=preset.classifier_train_subset, on_fitted=keep,
-                                        sources=[processed / f"{real}.npz"])
+                                        sources=[processed / f"{real}.npz"], test_subset=preset.classifier_test_subset)
         fid = real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights, allow_download=ev.fid_download,
                             timeout=ev.fid_download_timeout, cache_dir=fid_cache,
                             n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None)
@@ -68,6 +68,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         paths = [Path(synthetic) / experiment / f"seed{k}.npz" for k in range(preset.n_synthetic_sets)]
         scores = evaluate_synthetic(paths, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                     train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
+                                    test_subset=preset.classifier_test_subset,
                                     fid_weights=ev.fid_weights, fid_download=ev.fid_download,
                                     fid_timeout=ev.fid_download_timeout,
                                     conditional=exp.spec.conditional, fid_cache=fid_cache,

@@ -116,6 +116,8 @@ def _scale_notes(runs: list[Run | None]) -> list[str]:
         if preset.get("classifier_max_epochs"):
             parts.append(f"MLP/CNN at most {preset['classifier_max_epochs']} epochs on "
                          f"{preset.get('classifier_train_subset') or 'all'} images")
+        if preset.get("classifier_test_subset"):
+            parts.append(f"classifiers scored on {preset['classifier_test_subset']} test images (paper: all)")
         key = "; ".join(x for x in parts if x)
         if key:
             seen.setdefault(f"scale {run.scale}: {key}", []).append(run.name)

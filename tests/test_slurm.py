@@ -203,7 +203,9 @@ def test_unreachable_controller_fails_with_slurms_message(slurm_cluster, tmp_pat
     _with_profile(d)
     conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
     dead = tmp_path / "dead-controller.conf"
-    dead.write_text(re.sub(r"^SlurmctldPort=\d+$", "SlurmctldPort=9", conf, flags=re.M))  # port 9: discard
+    dead_conf = re.sub(r"^SlurmctldPort=\d+$", "SlurmctldPort=9", conf, flags=re.M)  # port 9: discard
+    # a client retries the controller for MessageTimeout seconds per call, and the plugin retries: 2 s, not 10
+    dead.write_text(re.sub(r"^MessageTimeout=\d+$", "MessageTimeout=2", dead_conf, flags=re.M))
     env = {**slurm_cluster.env, "SLURM_CONF": str(dead)}
     rc, out, secs = _snakemake(d, env, "--cores", "8", "--profile", "slurm", *TEST_CLUSTER_ARGS, timeout=600)
     assert rc != 0, out[-4000:]

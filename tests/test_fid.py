@@ -69,7 +69,7 @@ def digits_sets() -> dict[str, np.ndarray]:
     d = load_digits()
     x = np.rint(d.images * 255.0 / 16.0).astype(np.uint8)[:, None]
     perm = np.random.default_rng(0).permutation(len(x))
-    n = 20
+    n = 10
     noise = np.random.default_rng(1).integers(0, 256, size=(n, 1, 8, 8), dtype=np.uint8)
     return {"train": x[perm[:n]], "test": x[perm[n : 2 * n]], "noise": noise}
 
@@ -93,19 +93,20 @@ def test_fid_orders_real_vs_real_below_real_vs_noise(
     same = compute_fid(ref, ref, extractor=extractor)
     elapsed = time.perf_counter() - t0
     assert real["available"] and noise["available"]
-    assert real["n_a"] == 20 and real["n_b"] == 20
+    assert real["n_a"] == 10 and real["n_b"] == 10
     assert real["feature_layer"] == "2048" and real["weights_sha256"] == extractor.weights_sha256
     assert np.isfinite(real["fid"]) and real["fid"] > 0.0
     # Uniform noise is far from digits in any reasonable feature space, random Inception
     # included; a factor of 2 is a loose margin (observed ratio is much larger), chosen so
-    # the test checks the ordering, not a tuned value.
+    # the test checks the ordering, not a tuned value (weights and images are seeded: at 10 images a
+    # set FID real/real = 2.4, real/noise = 57.7, a ratio of 24).
     assert noise["fid"] > 2.0 * real["fid"], (real["fid"], noise["fid"])
     # A set against itself: only eigensolver round-off remains. Each of the d=2048 near-zero
     # eigenvalues carries ~1e-16*lambda_max of error and enters through a square root, so the
     # bound is 2 * d * sqrt(1e-14 * tr(sigma)) (100x slack on the float64 epsilon).
     bound = 2 * 2048 * np.sqrt(1e-14 * float(np.trace(ref.sigma)))
     assert abs(same["fid"]) < bound < real["fid"], (same["fid"], bound, real["fid"])
-    print(f"\n3 sets x 20 images through Inception + 3 distances: {elapsed:.1f} s; "
+    print(f"\n3 sets x 10 images through Inception + 3 distances: {elapsed:.1f} s; "
           f"FID real/real={real['fid']:.4g} real/noise={noise['fid']:.4g}")
 
 

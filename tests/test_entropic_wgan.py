@@ -51,13 +51,15 @@ def test_entropic_w2_recovers_the_clean_manifold() -> None:
     """The paper's central claim (Theorem 1, Fig. 1/5) at smoke scale.
 
     2,000 points of the unit half circle + N(0, 0.4^2) noise. The same MLP generator is trained
-    300 RMSprop steps on minibatches of 256 with (a) entropic W2 at lambda = 2 s^2 (plan from a
+    300 RMSprop steps on minibatches of 128 with (a) entropic W2 at lambda = 2 s^2 (plan from a
     fixed 20 Sinkhorn iterations, constant in the gradient), (b) exact W2 (ot.emd plan) and
     (c) the Sinkhorn divergence. (b) and (c) learn the NOISY distribution, whose W2 to the clean
     data is ~0.41 here; (a) learns the clean one, up to minibatch bias and finite training
-    (~0.17-0.21 measured over these seeds). Required margin for every seed: entropic W2 at
-    least 0.10 below both comparisons (a quarter of the noise-induced W2; measured gap >= 0.17),
-    and below 0.6x the W2 of the noisy data itself.
+    (0.171-0.216 measured over these seeds; 0.231 at seed 4). Required margin for every seed:
+    entropic W2 at least 0.10 below both comparisons (a quarter of the noise-induced W2; measured
+    gap 0.158-0.222 over seeds 0-4), and below 0.6x the W2 of the noisy data itself (measured
+    0.42-0.53x over these seeds, 0.55x at seed 4). Minibatches of 128 rather than 256 (the plans
+    cost ~batch^2, the exact one more): ~40 % less CPU; at seed 0 entropic 0.171 vs 0.173 at 256.
     """
     s, margin = 0.4, 0.10
     for seed in range(3):
@@ -67,7 +69,7 @@ def test_entropic_w2_recovers_the_clean_manifold() -> None:
         ref = manifold_points("half_circle", 1000, np.random.default_rng(100 + seed)).astype(np.float64)
         w2 = {"noisy data": w2_distance(noisy, ref, n=1000, seed=seed)}
         for loss in ("entropic", "exact", "sinkhorn_divergence"):
-            hp = EntropicWGANHparams(batch_size=256, lr=2e-3, optimizer="rmsprop", generator="mlp", loss=loss)
+            hp = EntropicWGANHparams(batch_size=128, lr=2e-3, optimizer="rmsprop", generator="mlp", loss=loss)
             spec = LossSpec(loss=loss, p=2, temperature=2 * s * s, n_iter=20, scaling=None)
             gen = fit(noisy, (2,), spec, hp, steps=300, seed=seed)
             w2[loss] = w2_distance(sample_records(gen, 1000, 1234), ref, n=1000, seed=seed)
@@ -209,8 +211,11 @@ def test_privatize_and_train_through_the_cli(tmp_path: Path) -> None:
         "hparams": {"generator": "mlp", "batch_size": 64, "lr": 1e-3, "optimizer": "rmsprop", "sinkhorn_iters": 20}}
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(raw))
-    r = run_cli("data", "prepare", "manifold2d_half_circle", "--params", str(pfile))
-    assert r.returncode == 0, r.stderr
+    # the data step is not what is tested here: `dpsynth data prepare` in this process (~6 s of imports
+    # less); privatize and train, the steps under test, run as the commands users run
+    from dpsynth.cli import main
+
+    assert main(["data", "prepare", "manifold2d_half_circle", "--params", str(pfile)]) == 0
     r = run_cli("privatize", "ew", "--params", str(pfile))
     assert r.returncode == 0, r.stderr
     r = run_cli("train", "ew", "--params", str(pfile), "--out", str(tmp_path / "models"), "--private-out",

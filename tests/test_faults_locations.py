@@ -22,7 +22,7 @@ import yaml
 
 from dpsynth.cli import main
 from dpsynth.locations import LOCK_FILE, RunLock
-from tests.conftest import REPO, digits28_smoke_params, require, run_cli
+from tests.conftest import REPO, digits28_smoke_params, require, with_digits28
 
 EXP = "dps_digits"
 TRAIN = ["train", EXP, "--device", "cpu", "--no-progress", "--json"]
@@ -37,13 +37,23 @@ def _one_line_failure(rc: int, err: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A working directory with params.yaml (one 2-step DP-Sinkhorn run on digits28) and the data."""
+def prepared(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> Path:
+    """A working directory with params.yaml (one 2-step DP-Sinkhorn run on digits28) and the data
+    (the session's prepared digits28, where `dpsynth data prepare digits28` would put them)."""
     d = tmp_path_factory.mktemp("prepared")
-    (d / "params.yaml").write_text(yaml.safe_dump(digits28_smoke_params(EXP, 2), sort_keys=False))
-    r = run_cli("data", "prepare", "digits28", cwd=d)
-    assert r.returncode == 0, r.stderr
+    params = digits28_smoke_params(EXP, 2)
+    (d / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    with_digits28(digits28_processed, d / params["data"]["root"])
     return d
+
+
+def _train(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`dpsynth train ...` in this process (from the current directory): the stage and its checks are
+    the CLI's own; a subprocess would only add ~6 s of imports. Returns (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    rc = main([*TRAIN, *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 @pytest.fixture
@@ -171,11 +181,14 @@ def _hold_lock(directory: Path) -> subprocess.Popen[str]:
     return p
 
 
-def test_a_second_run_of_the_same_experiment_is_refused_naming_the_holder(work: Path) -> None:
+def test_a_second_run_of_the_same_experiment_is_refused_naming_the_holder(
+        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The holder is a real second process; the refused and the later run are this one (in-process)."""
+    monkeypatch.chdir(work)
     holder = _hold_lock(work / "private" / "runs" / EXP)
     try:
-        r = run_cli(*TRAIN, cwd=work)
-        last = _one_line_failure(r.returncode, r.stderr)
+        rc, _, err = _train(capsys=capsys)
+        last = _one_line_failure(rc, err)
         assert f"experiment {EXP} is being trained by another process (pid {holder.pid} on host " in last, last
         assert not (work / "models" / EXP).exists()
         assert not (work / "private" / "runs" / EXP / "checkpoint.pt").exists()
@@ -184,9 +197,9 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_holder(work: 
         holder.wait()
     # the holder died without cleaning up: its lock is taken over, the run trains
     assert (work / "private" / "runs" / EXP / LOCK_FILE).exists()
-    r = run_cli(*TRAIN, cwd=work)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["finished"] is True
+    rc, out, err = _train(capsys=capsys)
+    assert rc == 0, err
+    assert json.loads(out)["finished"] is True
 
 
 def test_the_lock_is_exclusive_between_processes_and_free_after_use(tmp_path: Path) -> None:
@@ -214,13 +227,15 @@ def test_out_elsewhere_needs_its_own_private_folder(work: Path, monkeypatch: pyt
     assert no_private_reads == [] and not Path("private").exists()
 
 
-def test_a_run_with_out_and_private_out_leaves_the_default_runs_checkpoint_alone(work: Path) -> None:
-    r = run_cli(*TRAIN, cwd=work)
-    assert r.returncode == 0, r.stderr
+def test_a_run_with_out_and_private_out_leaves_the_default_runs_checkpoint_alone(
+        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(work)
+    rc, _, err = _train(capsys=capsys)
+    assert rc == 0, err
     default_ckpt = work / "private" / "runs" / EXP / "checkpoint.pt"
     before = default_ckpt.read_bytes()
-    r = run_cli(*TRAIN, "--seed", "5", "--out", "other/models", "--private-out", "other/private", cwd=work)
-    assert r.returncode == 0, r.stderr
+    rc, _, err = _train("--seed", "5", "--out", "other/models", "--private-out", "other/private", capsys=capsys)
+    assert rc == 0, err
     assert (work / "other/private/runs" / EXP / "checkpoint.pt").is_file()
     assert default_ckpt.read_bytes() == before
 
@@ -228,28 +243,36 @@ def test_a_run_with_out_and_private_out_leaves_the_default_runs_checkpoint_alone
 # --------------------------------------------------------------------------- 5: smaller ones
 
 
-def test_a_negative_seed_is_refused_by_the_argument_parser(work: Path) -> None:
-    r = run_cli(*TRAIN, "--seed", "-1", cwd=work)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "argument --seed: must be >= 0, got -1" in r.stderr
+def test_a_negative_seed_is_refused_by_the_argument_parser(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(work)
+    with pytest.raises(SystemExit) as e:  # argparse's exit: what `dpsynth` exits with
+        main([*TRAIN, "--seed", "-1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err, err
+    assert "argument --seed: must be >= 0, got -1" in err
 
 
-def test_a_symlink_loop_in_place_of_the_dataset_is_named_as_such(work: Path) -> None:
+def test_a_symlink_loop_in_place_of_the_dataset_is_named_as_such(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(work)
     npz = work / "data" / "processed" / "digits28.npz"
     npz.unlink()
     npz.symlink_to(npz.name)  # a link to itself
-    r = run_cli(*TRAIN, cwd=work)
-    last = _one_line_failure(r.returncode, r.stderr)
+    rc, _, err = _train(capsys=capsys)
+    last = _one_line_failure(rc, err)
     assert "digits28.npz: is a symbolic link loop" in last, last
 
 
-def test_a_release_without_its_checkpoint_is_retrained_with_a_word(work: Path) -> None:
-    r = run_cli(*TRAIN, cwd=work)
-    assert r.returncode == 0, r.stderr
+def test_a_release_without_its_checkpoint_is_retrained_with_a_word(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(work)
+    rc, _, err = _train(capsys=capsys)
+    assert rc == 0, err
     (work / "models" / EXP / "generator.pt").write_bytes(b"garbage\n")
     (work / "private" / "runs" / EXP / "checkpoint.pt").unlink()
-    r = run_cli(*TRAIN, cwd=work)
-    assert r.returncode == 0, r.stderr
-    said = [line for line in r.stderr.splitlines() if "training again from step 0" in line]
-    assert len(said) == 1 and "generator.pt" in said[0] and "holds no checkpoint" in said[0], r.stderr
-    assert json.loads(r.stdout)["resumed_from"] is None
+    rc, out, err = _train(capsys=capsys)
+    assert rc == 0, err
+    said = [line for line in err.splitlines() if "training again from step 0" in line]
+    assert len(said) == 1 and "generator.pt" in said[0] and "holds no checkpoint" in said[0], err
+    assert json.loads(out)["resumed_from"] is None

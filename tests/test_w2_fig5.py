@@ -14,6 +14,10 @@ import yaml
 from tests.conftest import REPO, clear_pipeline, run_cli
 from dpsynth.config import load_params
 
+# One torch and one BLAS thread (conftest): the 800 x 800 Sinkhorn runs below gain nothing from a
+# second thread on the shared 2-core CPU, and an oversubscribed one burnt ~4x the CPU time spinning.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _half_circle(rng: np.random.Generator, n: int) -> np.ndarray:
     t = rng.uniform(0.0, np.pi, n)

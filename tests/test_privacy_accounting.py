@@ -201,7 +201,7 @@ CALIBRATION_CASES = [  # (q, steps, delta, target epsilon): the papers' MNIST ru
 
 @pytest.mark.parametrize("conversion,sampling,cases", [
     ("classic", "poisson", CALIBRATION_CASES), ("modern", "poisson", CALIBRATION_CASES),
-    # replace-one RDP costs ~10x more per evaluation: two cases (the smoke run's, the quick-scale budget's)
+    # replace-one RDP costs ~10x more per evaluation: two cases (the smoke run's, and the one that took most evaluations)
     ("modern", "without_replacement", CALIBRATION_CASES[1:2] + CALIBRATION_CASES[4:5])],
     ids=["classic", "modern", "modern-replace-one"])
 def test_calibrated_sigma_meets_the_target_and_is_the_smallest_to_rel_tol(conversion: str, sampling: str,

@@ -105,7 +105,7 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
         assert ft["available"] is True and done["real"]["fid"]["available"] is True, ft.get("reason")
         assert ft["kid"]["available"] is True and ft["fid_inf"]["available"] is True
         assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
-        assert ft["kid"]["n_reference"] == ft["fid_inf"]["n_reference"] == ft["n_reference"] == 16
+        assert ft["kid"]["n_reference"] == ft["fid_inf"]["n_reference"] == ft["n_reference"] == 8
     # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it
     assert real["is"]["classifier"]["cached"] is True and run["is"]["classifier"]["cached"] is True
     assert real["is"]["classifier"]["key"] == run["is"]["classifier"]["key"]
@@ -117,7 +117,7 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
     assert calibrated_accuracy(run, real)["mean"] < 0.5
     # the real row at n vs n: the training-split FID (test images vs training images, covariance
     # factors) is its test-split FID (training images vs test images, eigensolves) the other way round
-    assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 16
+    assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 8
     assert real["fid_train"]["mean"] == pytest.approx(done["real"]["fid"]["mean"], rel=1e-6)
     assert run["fid_train"]["mean"] > real["fid_train"]["mean"]
     # the format owner reads both back losslessly, and refuses a record a table would misprint

@@ -32,7 +32,8 @@ onsuccess:
 
 
 # A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
-# Snakemake runs; one that trains asks the cluster for a GPU, like every training job.
+# Snakemake runs; one that trains is a cluster job with a training job's resources (a GPU at the
+# paper scale: workflow/resources.yaml).
 if not any(PARAMS.sweeps[s].train_together for s in PARAMS.pipeline.sweeps):
 
     localrules:

@@ -20,7 +20,7 @@
 #   of the client commands that set SLURM_CONF where it is unset; the printed PATH puts them
 #   first. (A real cluster keeps its config in /etc/slurm or runs configless: none of this.)
 # - The node advertises one GPU GRES (gres.conf, File=/dev/null as a stand-in device): the
-#   profile's `gpu=1` request (`sbatch --gpus=1`) is then scheduled exactly as on a GPU cluster.
+#   paper scale's `gpu: 1` requests (`sbatch --gpus=1`) are then scheduled exactly as on a GPU cluster.
 #   The job sees CUDA_VISIBLE_DEVICES=0; without a real GPU torch runs on the CPU.
 # - The node's CPUs and memory are the machine's real ones (`slurmd -C`) with select/cons_tres.
 # - Every wait is bounded; a daemon that does not come up makes `start` fail with its log.

@@ -148,11 +148,13 @@ def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, request
     assert rules == ["rule_evaluate", "rule_sample", "rule_train"], sorted(submitted.values())
     assert all(Path(log).is_file() for log in submitted.values())
     assert list((slurm_dir / "logs/slurm/rule_train").rglob("*.log")), "no per-job SLURM log for train"
-    # SLURM's own record of the train job: one GPU, the rule's memory and time limit.
+    # SLURM's own record of the train job: no GPU at the smoke scale (workflow/resources.yaml: only the
+    # paper scale asks; tests/test_workflow_resources.py checks every rule and scale), the rule's memory
+    # and time limit.
     train_id = next(j for j, log in submitted.items() if "/rule_train/" in log)
     job = subprocess.run(["scontrol", "show", "job", train_id], env=env, capture_output=True, text=True,
                          timeout=60).stdout
-    assert "JobState=COMPLETED" in job and "TresPerJob=gres:gpu:1" in job, job
+    assert "JobState=COMPLETED" in job and not re.search(r"TresPerJob=\S*gpu", job), job
     assert "TimeLimit=00:20:00" in job and "mem=2000M" in job, job
 
     ga = torch.load(local_dir / "models/dps_fmnist/generator.pt", weights_only=True)["state_dict"]

@@ -18,6 +18,25 @@ from dpsynth.workflow.settings import write_settings
 for _configfile in getattr(workflow, "configfiles", None) or ["params.yaml"]:
     check_yaml_file(_configfile)
 
+
+def _gpus_switch(value) -> bool:
+    """`--config gpus=false` (or 0, no): no job asks for a GPU. For a cluster without GPUs, which refuses
+    a job asking for one at submission ("Invalid generic resource"); the jobs then run on the CPU
+    (`--device auto` finds none). Default true: the paper-scale rows of workflow/resources.yaml ask."""
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"--config gpus={value!r}: use gpus=false (a cluster without GPUs) or gpus=true (the default)")
+
+
+# Where the jobs run, not what they compute: taken out of `config` before validation (params.yaml's
+# loader refuses keys it does not know), so the jobs' parameter snapshot and fingerprints are the same
+# with or without it and switching re-runs nothing. A SLURM job step re-reads this file with the same
+# --config, so it sees the same value.
+GPUS = _gpus_switch(config.pop("gpus", True))
+
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
@@ -153,6 +172,19 @@ def mem_mb(rule):
     """Memory (MB) for ``rule``'s job at this scale, times the attempt (a retry after running out)."""
     megabytes = RESOURCES[rule][PARAMS.scale]["mem_mb"]
     return lambda wildcards, attempt: megabytes * attempt
+
+
+def gpu(rule):
+    """GPUs for ``rule``'s job at this scale (unset: 0); 0 for every rule with `--config gpus=false`."""
+    return RESOURCES[rule][PARAMS.scale].get("gpu", 0) if GPUS else 0
+
+
+def cpu_threads(rule):
+    """CPU threads for ``rule``'s job at this scale: the row's `threads`, else the rule's, else 1;
+    `params` is params.yaml's `threads`, the torch threads the stage runs (workflow/resources.yaml)."""
+    table = RESOURCES[rule]
+    value = table.get(PARAMS.scale, {}).get("threads", table.get("threads", 1))
+    return PARAMS.threads if value == "params" else int(value)
 
 
 wildcard_constraints:

@@ -15,7 +15,7 @@ rule evaluate:
         "logs/evaluate/{experiment}.log",
     benchmark:
         "benchmarks/jobs/evaluate/{experiment}.tsv"
-    threads: PARAMS.threads
+    threads: cpu_threads("evaluate")
     params:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
@@ -23,6 +23,7 @@ rule evaluate:
     resources:
         runtime=runtime("evaluate"),
         mem_mb=mem_mb("evaluate"),
+        gpu=gpu("evaluate"),
     conda:
         ENV
     shell:
@@ -43,7 +44,7 @@ rule evaluate_real:
         "logs/evaluate/real_{dataset}.log",
     benchmark:
         "benchmarks/jobs/evaluate_real/{dataset}.tsv"
-    threads: PARAMS.threads
+    threads: cpu_threads("evaluate_real")
     params:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
@@ -51,6 +52,7 @@ rule evaluate_real:
     resources:
         runtime=runtime("evaluate_real"),
         mem_mb=mem_mb("evaluate_real"),
+        gpu=gpu("evaluate_real"),
     conda:
         ENV
     shell:
@@ -67,7 +69,7 @@ rule w2_noise:
         "logs/w2_noise/{dataset}.log",
     benchmark:
         "benchmarks/jobs/w2_noise/{dataset}.tsv"
-    threads: PARAMS.threads
+    threads: cpu_threads("w2_noise")
     params:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,

@@ -17,6 +17,8 @@ rule privatize:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("privatize"),
+    # the torch threads the stage runs (it pins them like every compute stage), not the default 1
+    threads: cpu_threads("privatize")
     conda:
         ENV
     shell:

@@ -15,7 +15,7 @@ rule sample:
         "logs/sample/{experiment}.log",
     benchmark:
         "benchmarks/jobs/sample/{experiment}.tsv"
-    threads: PARAMS.threads
+    threads: cpu_threads("sample")
     params:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,

@@ -20,11 +20,11 @@ rule train_sweep:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("train_sweep"),
-    threads: PARAMS.threads
+    threads: cpu_threads("train_sweep")
     resources:
         runtime=runtime("train_sweep"),
         mem_mb=mem_mb("train_sweep"),
-        gpu=1,
+        gpu=gpu("train_sweep"),
     conda:
         ENV
     shell:
@@ -47,11 +47,11 @@ rule train:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("train"),
-    threads: PARAMS.threads
+    threads: cpu_threads("train")
     resources:
         runtime=runtime("train"),
         mem_mb=mem_mb("train"),
-        gpu=1,
+        gpu=gpu("train"),
     conda:
         ENV
     shell:

@@ -17,11 +17,11 @@ rule warmstart:
         cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("warmstart"),
-    threads: PARAMS.threads
+    threads: cpu_threads("warmstart")
     resources:
         runtime=runtime("warmstart"),
         mem_mb=mem_mb("warmstart"),
-        gpu=1,
+        gpu=gpu("warmstart"),
     conda:
         ENV
     shell:

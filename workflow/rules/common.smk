@@ -180,10 +180,9 @@ def gpu(rule):
 
 
 def cpu_threads(rule):
-    """CPU threads for ``rule``'s job at this scale: the row's `threads`, else the rule's, else 1;
-    `params` is params.yaml's `threads`, the torch threads the stage runs (workflow/resources.yaml)."""
-    table = RESOURCES[rule]
-    value = table.get(PARAMS.scale, {}).get("threads", table.get("threads", 1))
+    """CPU threads for ``rule``'s job (unset: 1); `params` is params.yaml's `threads`, the torch threads
+    the stage runs, the same at every scale (workflow/resources.yaml)."""
+    value = RESOURCES[rule].get("threads", 1)
     return PARAMS.threads if value == "params" else int(value)
 
 

@@ -20,7 +20,7 @@ from dpsynth.data.dataset import Dataset
 from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is, inception_score
 from dpsynth.evaluate.metrics import classifier_scores
 from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy, calibrated_accuracy
-from dpsynth.evaluate.zoo import ZOO, available_models, zoo_scores
+from dpsynth.evaluate.zoo import ZOO, available_models, fit_model, zoo_scores
 from tests.conftest import REPO, require
 
 MNIST = REPO / "data" / "processed" / "mnist.npz"
@@ -78,6 +78,21 @@ def test_the_zoo_learns_real_mnist_and_real_data_calibrates_to_100_percent(mnist
     worse = calibrated_accuracy({"accuracy": {"per_set": noisy["per_set"]}}, rec)
     assert 0.2 < worse["mean"] < 0.9, worse  # each model loses, none to chance
     assert average_accuracy(noisy["per_set"])["mean"] < average_accuracy(per_set)["mean"] - 0.05
+
+
+def test_a_max_iter_bound_caps_the_iterative_models_only_and_is_recorded() -> None:
+    """The smoke scale's ``zoo_max_iter``: a model with iterations runs at most that many (or the
+    authors' number when it is lower), the fit record says which; a model without iterations is untouched."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (60, 1, 4, 4), dtype=np.uint8), np.arange(60) % 3
+    svc, info = fit_model("linear_svc", x, y, num_classes=3, seed=0, max_iter=7)
+    assert svc.max_iter == 7 and info["max_iter"] == 7 and info["converged"] is False  # 7 iterations: stopped
+    authors, info = fit_model("linear_svc", x, y, num_classes=3, seed=0)
+    assert authors.max_iter == info["max_iter"] == 10000
+    mlp, info = fit_model("mlp", x, y, num_classes=3, seed=0, max_iter=500)
+    assert mlp.max_iter == info["max_iter"] == 200  # the authors' 200 epochs are already fewer
+    _, info = fit_model("gaussian_nb", x, y, num_classes=3, seed=0, max_iter=7)
+    assert "max_iter" not in info
 
 
 def test_calibration_leaves_out_models_one_side_lacks() -> None:

@@ -39,6 +39,7 @@ def _params(tmp: Path, tables: dict[str, Any]) -> dict[str, Any]:
     clear_pipeline(p).update(scale="smoke", datasets=["digits28"],
                              pipeline={"experiments": ["dps_digits", "dps_digits_plain"], "sweeps": []})
     p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["cnn"])
+    p["scales"]["smoke"]["classifier_test_subset"] = 300  # of digits28's 360 test images: a real draw
     for name in ("dps_digits", "dps_digits_plain"):
         p["experiments"][name] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
                                   "hparams": {"sanitizer": "none", "max_steps": 1}}
@@ -98,6 +99,12 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
     for rec in (real, run):
         assert rec["accuracy"]["models"] == [*names, "cnn"]  # the zoo's models and the project's CNN
         assert rec["zoo"]["n_train"] == smoke.zoo_train_subset == 200
+        # the smoke cap on the iterative models, recorded per fit; the zoo reads the classifiers' test images
+        assert rec["zoo"]["max_iter"] == smoke.zoo_max_iter == 500
+        runs = {m: r["runs"][0] for m, r in rec["zoo"]["models"].items()}
+        assert runs["linear_svc"]["max_iter"] == runs["logistic_reg"]["max_iter"] == 500
+        assert runs["mlp"]["max_iter"] == 200 and "max_iter" not in runs["gaussian_nb"]  # the lower one; none
+        assert rec["zoo"]["n_test"] == done["real"]["classifiers"]["cnn"]["runs"][0]["n_test"] == 300  # of 360
         assert rec["accuracy"]["avg"]["mean"] == pytest.approx(np.mean(list(rec["accuracy"]["per_set"][0].values())))
         assert rec["is"]["splits"] == 10 and 1.0 <= rec["is"]["mean"] <= 10.0
         # FID against the training split, and KID / FID-infinity beside it from the same features
@@ -201,6 +208,7 @@ def test_the_protocols_sizes_reach_exactly_those_jobs_fingerprints() -> None:
 
     size = changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_train_subset=321))
     assert size == {("evaluate", "dps_digits"), ("evaluate_real", "digits28"), ("report", "")}
+    assert changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_max_iter=None)) == size
     listed = changed(lambda p: p["tables"]["t"]["rows"].append({"label": "x", "experiment": "dps_digits_plain"}))
     assert listed == {("evaluate", "dps_digits_plain"), ("report", "")}
     other = changed(lambda p: p["scales"]["quick"]["gs_wgan_eval"].update(is_samples=7))

@@ -32,6 +32,10 @@ class GsWganEvalSizes(Strict):
     is_samples: int | None = Field(
         default=None, gt=0, le=MAX_IMAGES, description="generated images (real test images, for a real row) the classifier "
         "Inception Score scores; None: all of them (the authors' script scores the whole generated set)")
+    zoo_max_iter: int | None = Field(
+        default=None, gt=0, description="upper bound on the iterations of the zoo's iterative solvers (the authors': "
+        "Linear SVM 10,000, logistic regression 5,000, MLP 200 epochs); None keeps theirs. A cut for wiring checks: "
+        "on the images of a barely trained generator the Linear SVM never converges and runs all 10,000")
     fid_generated: int = Field(default=20000, gt=0, le=MAX_IMAGES, description="generated images (real test images, for a real "
                                "row) compared with the training split (the authors' eval_fid.py: 20,000)")
     fid_train_reference: Annotated[int, Field(gt=0, le=MAX_IMAGES)] | Literal["all"] = Field(

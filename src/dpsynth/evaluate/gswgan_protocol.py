@@ -19,13 +19,13 @@ The record goes into ``metrics.json`` under ``protocols.gs_wgan`` (``record.Metr
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dpsynth.data.dataset import Dataset
+from dpsynth.data.dataset import Dataset, subset_indices
 from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is
 from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy
 from dpsynth.evaluate.zoo import MLP, zoo_scores
@@ -37,7 +37,9 @@ SOURCE = ("GS-WGAN (Chen, Orekondy, Fritz, NeurIPS 2020, arXiv:2006.08265) Table
 @dataclass(frozen=True)
 class GsWganSettings:
     """One evaluate job's GS-WGAN protocol: the scale's sizes (``config.scales.GsWganEvalSizes``), the IS
-    network's cache, the CPU threads. ``fid_train_reference`` None: the whole training split."""
+    network's cache, the CPU threads. ``fid_train_reference`` None: the whole training split. The zoo is
+    scored on the test images the project's classifiers are scored on (``test_subset``, the preset's
+    ``classifier_test_subset``: the same draw), so every column of Avg Acc reads the same images."""
 
     zoo_train_subset: int | None
     is_samples: int | None
@@ -45,17 +47,20 @@ class GsWganSettings:
     fid_train_reference: int | None
     is_cache: ISClassifierCache
     threads: int = 1
+    zoo_max_iter: int | None = None
+    test_subset: int | None = None
 
     @classmethod
     def from_preset(cls, sizes: Any, real: Dataset, *, cache_dir: str | Path | None, classifier_max_epochs: int,
-                    classifier_train_subset: int | None, threads: int) -> GsWganSettings:
+                    classifier_train_subset: int | None, threads: int,
+                    classifier_test_subset: int | None = None) -> GsWganSettings:
         """From the scale preset: its ``gs_wgan_eval`` sizes, and the classifier settings the IS network
         shares with the real-data row's CNN (so that row's fit is the network: ``ISClassifierCache``)."""
         cache = ISClassifierCache(real, cache_dir, max_epochs=classifier_max_epochs,
                                   train_subset=classifier_train_subset)
         ref = sizes.fid_train_reference
         return cls(sizes.zoo_train_subset, sizes.is_samples, sizes.fid_generated,
-                   None if ref == "all" else int(ref), cache, threads)
+                   None if ref == "all" else int(ref), cache, threads, sizes.zoo_max_iter, classifier_test_subset)
 
     @property
     def train_fid(self) -> tuple[int, int | None]:
@@ -64,7 +69,8 @@ class GsWganSettings:
 
     def sizes(self) -> dict[str, Any]:
         return {"zoo_train_subset": self.zoo_train_subset, "is_samples": self.is_samples,
-                "fid_generated": self.fid_generated, "fid_train_reference": self.fid_train_reference or "all"}
+                "fid_generated": self.fid_generated, "fid_train_reference": self.fid_train_reference or "all",
+                "zoo_max_iter": self.zoo_max_iter, "zoo_test_subset": self.test_subset}
 
 
 def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list[np.ndarray], real: Dataset,
@@ -75,7 +81,10 @@ def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list
     available), and the per-set accuracies of every model with the CNN's (``cnn``: the project's
     ``classifiers["cnn"]`` record) and their average."""
     t0 = time.perf_counter()
-    zoo = zoo_scores(train_sets, real, n_train=settings.zoo_train_subset, seed=seed, threads=settings.threads)
+    idx = subset_indices(len(real.x_test), settings.test_subset, seed)  # classifier_scores' draw
+    scored_on = real if idx is None else replace(real, x_test=real.x_test[idx], y_test=real.y_test[idx])
+    zoo = zoo_scores(train_sets, scored_on, n_train=settings.zoo_train_subset, seed=seed, threads=settings.threads,
+                     max_iter=settings.zoo_max_iter)
     t1 = time.perf_counter()
     inception = classifier_is(is_sets, settings.is_cache, n_images=settings.is_samples, seed=seed)
     t2 = time.perf_counter()

@@ -160,23 +160,29 @@ def _flat(x: np.ndarray) -> np.ndarray:
 
 
 def fit_model(name: str, x_train: np.ndarray, y_train: np.ndarray, *, num_classes: int, seed: int,
-              threads: int = 1) -> tuple[Any, dict[str, Any]]:
+              threads: int = 1, max_iter: int | None = None) -> tuple[Any, dict[str, Any]]:
     """Fit one zoo model on training images (uint8 (N, C, H, W)) only; return it and how the fit went
     ({"fit_seconds", "converged"}: False when the library warned that it stopped before converging,
-    as the authors' LinearSVC and MLP settings often do)."""
+    as the authors' LinearSVC and MLP settings often do). ``max_iter`` bounds the iterations of a model
+    that has them (the authors' value when it is lower; the record's "max_iter" says which ran)."""
     from sklearn.exceptions import ConvergenceWarning
     from threadpoolctl import threadpool_limits
 
     if np.unique(y_train).size < 2:
         raise DataError(f"zoo model {name}: the training labels hold a single class")
     model = ZOO[name].build(seed, threads, num_classes)
+    iterations = model.get_params().get("max_iter")
+    if max_iter is not None and iterations is not None and max_iter < iterations:
+        model.set_params(max_iter=max_iter)
+        iterations = max_iter
     t0 = time.perf_counter()
     # BLAS and OpenMP pools follow the configured threads, like torch's: results may depend on them
     with threadpool_limits(limits=threads), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         model.fit(_flat(x_train), np.asarray(y_train).astype(np.int64))
     converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-    return model, {"fit_seconds": round(time.perf_counter() - t0, 3), "converged": converged}
+    info = {"fit_seconds": round(time.perf_counter() - t0, 3), "converged": converged}
+    return model, info if iterations is None else {**info, "max_iter": int(iterations)}
 
 
 def score_model(model: Any, x_test: np.ndarray, y_test: np.ndarray, *, threads: int = 1) -> float:
@@ -189,10 +195,11 @@ def score_model(model: Any, x_test: np.ndarray, y_test: np.ndarray, *, threads: 
 
 
 def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, n_train: int | None,
-               seed: int = 0, threads: int = 1, models: list[str] | None = None) -> dict[str, Any]:
+               seed: int = 0, threads: int = 1, models: list[str] | None = None,
+               max_iter: int | None = None) -> dict[str, Any]:
     """Every available zoo model trained on each set (its first ``n_train`` records as
     ``subset_indices`` draws them with seed + k, the draw every classifier of the project makes) and
-    scored on the real test split.
+    scored on the real test split; ``max_iter``: see ``fit_model``.
 
     Returns {"models": {name: {"mean", "std", "n", "values", "runs"}}, "per_set": [{name: accuracy}],
     "n_train", "left_out": {name: why}, "deviations": {name: what}, "seconds"}."""
@@ -213,7 +220,8 @@ def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *
             xs, ys = (x, y) if idx is None else (x[idx], y[idx])
             sizes.append(len(xs))
             for name in names:
-                model, info = fit_model(name, xs, ys, num_classes=real.num_classes, seed=seed + k, threads=threads)
+                model, info = fit_model(name, xs, ys, num_classes=real.num_classes, seed=seed + k, threads=threads,
+                                        max_iter=max_iter)
                 acc = score_model(model, real.x_test, real.y_test, threads=threads)
                 runs[name].append({"accuracy": acc, "n_train": len(xs), "seed": seed + k, **info})
                 bar.update()
@@ -222,7 +230,8 @@ def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *
         "models": {n: {**mean_std([r["accuracy"] for r in runs[n]]), "label": ZOO[n].label,
                        "settings": ZOO[n].settings, "runs": runs[n]} for n in names},
         "per_set": [{n: runs[n][k]["accuracy"] for n in names} for k in range(len(train_sets))],
-        "n_train": sizes[0] if sizes else 0, "n_test": int(len(real.x_test)), "left_out": left_out,
+        "n_train": sizes[0] if sizes else 0, "n_test": int(len(real.x_test)), "max_iter": max_iter,
+        "left_out": left_out,
         "deviations": {n: ZOO[n].deviation for n in names if ZOO[n].deviation},
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -113,7 +113,8 @@ def _gswgan_settings(params: Params, data: Any, private_out: str) -> Any:
     preset = params.preset
     return GsWganSettings.from_preset(preset.gs_wgan_eval, data, cache_dir=is_classifier_dir(private_out),
                                       classifier_max_epochs=preset.classifier_max_epochs,
-                                      classifier_train_subset=preset.classifier_train_subset, threads=params.threads)
+                                      classifier_train_subset=preset.classifier_train_subset, threads=params.threads,
+                                      classifier_test_subset=preset.classifier_test_subset)
 
 
 def fid_reference(preset: Any, real: Any) -> int:

@@ -98,18 +98,22 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
                          "Inception of every FID here; FID is biased upward at small N. KID (×10³) and FID∞ "
                          "ours: from the same features against the same training images (no paper column: GS-WGAN "
                          "reports neither), KID unbiased at any N, FID∞ extrapolating the generated side only")
-    for (n_models, n_train, left, devs), names in _group(runs, lambda run, rec: (
-            len(rec["accuracy"]["models"]), rec["zoo"].get("n_train"),
-            tuple(sorted(rec["accuracy"].get("missing", {}).items())),
+    for (n_models, n_train, n_test, max_iter, left, devs), names in _group(runs, lambda run, rec: (
+            len(rec["accuracy"]["models"]), rec["zoo"].get("n_train"), rec["zoo"].get("n_test"),
+            rec["zoo"].get("max_iter"), tuple(sorted(rec["accuracy"].get("missing", {}).items())),
             tuple(sorted(rec["zoo"].get("deviations", {}).items())))).items():
         part = [f"Accuracies ours ({', '.join(names)}): trained on {n_train} images of each synthetic set (the "
-                f"Real data row: real training images; the paper: 60,000) and scored on the real test split, printed "
+                f"Real data row: real training images; the paper: 60,000) and scored on "
+                f"{f'{n_test} images of ' if n_test else ''}the real test split, printed "
                 "as fractions like the paper. MLP Acc: scikit-learn's MLPClassifier with its defaults (the authors' "
                 "'MLP'); CNN Acc: the project's CNN (ICLR App. D.2, Adam, early stopping; its own training size "
                 "and epochs, as in the other tables), not the authors' LeNet-5 (SGD, 50 epochs); Avg Acc: the mean "
                 f"over {n_models} models -- GS-WGAN's 'MLP, CNN and 11 scikit-learn classifiers' (logistic "
                 "regression, random forest, Gaussian and Bernoulli naive Bayes, linear SVM, decision tree, LDA, "
                 "AdaBoost, bagging, gradient boosting, XGBoost) at the settings of the authors' eval_sklearn.py"]
+        if max_iter:
+            part.append(f"iterative models stopped at {max_iter} iterations at most (the authors': linear SVM "
+                        "10,000, logistic regression 5,000, MLP 200 epochs)")
         part += [f"left out: {m} ({why})" for m, why in left]
         part += [f"{m}: {what}" for m, what in devs]
         notes.append("; ".join(part))

@@ -43,3 +43,40 @@ def test_freed_tensors_are_reused_instead_of_mapped_and_faulted_again() -> None:
     default, kept = _faults("default"), _faults("keep")
     assert default > 10 * 16_000, default  # the cost exists on this machine
     assert kept * 10 < default, (kept, default)
+
+
+
+POOLS = """
+import sys, json
+from threadpoolctl import threadpool_info
+import numpy  # loads OpenBLAS: its pool exists before the stage pins it
+import torch, yaml
+from dpsynth.config import parse_params
+from dpsynth.stages.common import prepare_cpu
+raw = yaml.safe_load(open(sys.argv[1]))
+seen = {"default": [p["num_threads"] for p in threadpool_info()]}
+for threads in (2, 1):
+    prepare_cpu(parse_params({**raw, "threads": threads}, source="test"))
+    seen[threads] = {"pools": [p["num_threads"] for p in threadpool_info()], "torch": torch.get_num_threads()}
+print(json.dumps(seen))
+"""
+
+
+def test_a_stage_pins_the_blas_and_openmp_pools_to_its_threads() -> None:
+    """Two single-thread jobs side by side on two cores must not run four BLAS threads (their spin-waits
+    made a smoke job's logistic regression 16x slower). The child starts without the variables the test
+    workers set, as a job that Snakemake starts from a shell does."""
+    import json
+    import os
+
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", POOLS, str(REPO / "params.yaml")], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    if (os.cpu_count() or 1) > 1:
+        assert max(seen["default"]) > 1, seen  # the libraries' default: every core
+    for threads in (2, 1):
+        assert seen[str(threads)] == {"pools": [threads] * len(seen["default"]), "torch": threads}, seen

@@ -8,6 +8,7 @@ import pytest
 
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy import accounting as acc
+from dpsynth.privacy.gswgan_accounting import gswgan_sound_sigma
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report, gaussian_release_report, gswgan_report
 
 
@@ -59,7 +60,7 @@ def test_budget_guard_counts_steps_before_resume() -> None:
 
 
 def test_budget_guard_gswgan_uses_sound_accounting() -> None:
-    sigma = acc.gswgan_sound_sigma(1000, 32, 20000, 1e-5, 10.0)
+    sigma = gswgan_sound_sigma(1000, 32, 20000, 1e-5, 10.0)
     guard = BudgetGuard.for_gswgan(sigma, 1000, 32, 1e-5, 10.0)
     assert guard.budget >= 20000
     assert BudgetGuard.for_gswgan(1.07, 1000, 32, 1e-5, 10.0).budget < 20000

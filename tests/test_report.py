@@ -198,7 +198,7 @@ def _dps_privacy(eps: float) -> dict[str, Any]:
 
 
 def _gs_privacy() -> dict[str, Any]:
-    from dpsynth.privacy.accounting import gswgan_sound_sigma
+    from dpsynth.privacy.gswgan_accounting import gswgan_sound_sigma
     from dpsynth.privacy.report import gswgan_report
 
     sigma = gswgan_sound_sigma(1000, 32, 3000, 1e-5, 10.0)

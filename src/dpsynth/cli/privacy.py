@@ -76,6 +76,7 @@ def _dp_sgd(args: argparse.Namespace) -> dict[str, Any]:
 
 def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
     from dpsynth.privacy import accounting as acc
+    from dpsynth.privacy import gswgan_accounting as gs
 
     if args.shards is None:
         raise PrivacyError("--shards is required for --method gs_wgan")
@@ -84,7 +85,7 @@ def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
     b, q, cmd = args.batch_size, 1.0 / args.shards, args.privacy_command
     rows: dict[str, Any] = {}
     if cmd == "epsilon":
-        eps = acc.gswgan_epsilon(args.sigma, args.shards, b, args.steps, args.delta, pld=args.pld)
+        eps = gs.gswgan_epsilon(args.sigma, args.shards, b, args.steps, args.delta, pld=args.pld)
         for way, d in eps.items():
             for k, v in d.items():
                 if not k.endswith("_order"):
@@ -94,12 +95,12 @@ def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
         if cmd == "steps":
             rows[f"as_published.{key}"] = acc.max_steps(
                 args.sigma, q, args.delta, args.epsilon, conversion=conv, sampling="without_replacement") // b
-            rows[f"sound.{key}"] = acc.gswgan_sound_max_steps(args.sigma, args.shards, b, args.delta, args.epsilon,
+            rows[f"sound.{key}"] = gs.gswgan_sound_max_steps(args.sigma, args.shards, b, args.delta, args.epsilon,
                                                               conversion=conv)
         else:
             rows[f"as_published.{key}"] = acc.calibrate_sigma(
                 q, args.steps * b, args.delta, args.epsilon, conversion=conv, sampling="without_replacement")
-            rows[f"sound.{key}"] = acc.gswgan_sound_sigma(args.shards, b, args.steps, args.delta, args.epsilon,
+            rows[f"sound.{key}"] = gs.gswgan_sound_sigma(args.shards, b, args.steps, args.delta, args.epsilon,
                                                           conversion=conv)
     return {"method": "gs_wgan", "shards": args.shards, "q": q, "results": rows}
 

@@ -19,6 +19,7 @@ from dpsynth.config.base import KeyedValueError, Name, Strict, format_validation
 from dpsynth.config.hparams import Hparams
 from dpsynth.config.methods import METHOD_SPECS, refuse_foreign_keys
 from dpsynth.errors import ConfigError
+from dpsynth.privacy import mechanisms
 
 #: Sweepable keys: a sweep list over one of these expands into experiments.
 SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed")
@@ -65,13 +66,11 @@ class LocalMechanism(Strict):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _delta_for_gaussian(self) -> "LocalMechanism":
-        if self.mechanism == "gaussian" and self.delta is None:
-            raise ValueError("the Gaussian mechanism needs delta in (0, 0.5)")
-        if self.mechanism == "laplace" and self.delta is not None:
-            raise ValueError("the Laplace mechanism is pure epsilon-DP: remove delta")
-        if self.dct and self.mechanism != "laplace":
-            raise ValueError("the DCT option belongs to the Laplace mechanism")
+    def _consistent_with_mechanism(self) -> "LocalMechanism":
+        # delta and the DCT option as the mechanism requires (privacy.mechanisms.LocalNoise.config_problem)
+        problem = mechanisms.local(self.mechanism).config_problem(self.delta, self.dct)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 

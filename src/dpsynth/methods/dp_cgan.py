@@ -61,7 +61,7 @@ from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import GENERATORS, build_seeded_generator
 from dpsynth.nets.cgan import CGANDiscriminator, CGANGenerator
-from dpsynth.privacy import accounting as acc
+from dpsynth.privacy import mechanisms
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, dp_sgd_report
 from dpsynth.privacy.sanitizers import PerExampleGradSanitizer
 
@@ -87,28 +87,14 @@ def validate(ctx: TrainContext) -> None:
 
 
 def privacy_schedule(ctx: TrainContext) -> tuple[float | None, int, BudgetGuard | None]:
-    """(sigma, steps, guard) from the plan: steps derived from a given sigma (the paper's way), or
-    sigma calibrated to a step budget; Poisson sampling at q = B / N either way."""
-    plan, h, n = ctx.privacy_plan, ctx.experiment.hparams, len(ctx.data.x_train)
-    if not plan.enabled:
-        return None, int(plan.steps or h.max_steps or PAPER_STEPS), None
-    assert plan.epsilon is not None and plan.delta is not None
-    q = h.batch_size / n
-    if plan.mode == "derive_steps":
-        sigma = float(plan.sigma)
-        steps = acc.max_steps(sigma, q, plan.delta, plan.epsilon, conversion="classic", sampling="poisson")
-        if steps < 1:
-            raise ConfigError(f"experiments.{ctx.name}.privacy: sigma {sigma} cannot afford one step at epsilon "
-                              f"{plan.epsilon} (q = {q:.4g}); raise sigma or give steps so sigma is calibrated")
-    elif plan.mode == "calibrate_sigma":
-        def steps_allowed(sigma: float | None, batch: int, eps: float | None, delta: float | None) -> int:
-            return acc.max_steps(sigma, batch / n, delta, eps, conversion="classic", sampling="poisson")
-
-        steps = plan.budget_steps(h.batch_size, steps_allowed)
-        sigma = acc.calibrate_sigma(q, steps, plan.delta, plan.epsilon, conversion="classic", sampling="poisson")
-    else:
-        raise ConfigError(f"unknown privacy mode {plan.mode!r}")
-    return sigma, steps, BudgetGuard(sigma, q, plan.delta, plan.epsilon, sampling="poisson")
+    """(sigma, steps, guard) from the plan by the subsampled Gaussian (``privacy.mechanisms``): steps
+    derived from a given sigma (the paper's way), or sigma calibrated to a step budget; Poisson sampling
+    at q = B / N either way."""
+    h, n = ctx.experiment.hparams, len(ctx.data.x_train)
+    schedule = mechanisms.get("subsampled_gaussian", mechanisms.SubsampledGaussian).schedule(
+        ctx.privacy_plan, who=f"experiments.{ctx.name}.privacy", batch_size=h.batch_size,
+        rate=lambda batch: batch / n, sampling="poisson", default_steps=lambda: h.max_steps or PAPER_STEPS)
+    return schedule.sigma, schedule.steps, schedule.guard
 
 
 def per_example_grads(D: CGANDiscriminator, x: torch.Tensor, y: torch.Tensor, target: float) -> torch.Tensor:

@@ -34,7 +34,7 @@ from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import build_seeded_generator
-from dpsynth.privacy import accounting as acc
+from dpsynth.privacy import mechanisms
 from dpsynth.privacy.report import PrivacyReport, gaussian_release_report
 from dpsynth.privacy.sanitizers import MeanEmbeddingSanitizer
 
@@ -58,20 +58,11 @@ class RandomFourierFeatures:
 
 
 def release_sigma(ctx: TrainContext) -> float:
-    """The noise multiplier of the one release: calibrated to the target (q = 1, one step), or the
-    experiment's own sigma if it meets the target; 0 for a non-private run."""
-    plan = ctx.privacy_plan
-    if not plan.enabled:
-        return 0.0
-    assert plan.epsilon is not None and plan.delta is not None
-    if plan.mode == "calibrate_sigma":
-        return acc.calibrate_sigma(1.0, 1, plan.delta, plan.epsilon)
-    sigma = float(plan.sigma)  # derive_steps: sigma given; one release must meet the target
-    spent = acc.epsilon(sigma, 1.0, 1, plan.delta)["rdp_classic"]
-    if spent > plan.epsilon:
-        raise ConfigError(f"experiments.{ctx.name}.privacy.sigma: one release at sigma {sigma} spends epsilon "
-                          f"{spent:.4g} > the target {plan.epsilon}; raise sigma or give steps: 1 to calibrate it")
-    return sigma
+    """The noise multiplier of the one release (``privacy.mechanisms.GaussianRelease``): calibrated to the
+    target (q = 1, one step), or the experiment's own sigma if it meets the target; 0 for a non-private run."""
+    schedule = mechanisms.get("gaussian_release", mechanisms.GaussianRelease).schedule(
+        ctx.privacy_plan, who=f"experiments.{ctx.name}.privacy")
+    return 0.0 if schedule.sigma is None else schedule.sigma
 
 
 def release_embedding(ctx: TrainContext, features: RandomFourierFeatures, sigma: float,

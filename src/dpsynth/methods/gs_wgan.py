@@ -8,7 +8,7 @@ generator is the gradient w.r.t. the generated images, which goes through
 weights enter the generator step detached, and the generator's initialisation, latents
 and labels never touch the data. The released generator is an EMA of the generator.
 
-Privacy, both ways (``privacy.accounting.gswgan_epsilon``): the SOUND accountant governs every
+Privacy, both ways (``privacy.gswgan_accounting.gswgan_epsilon``): the SOUND accountant governs every
 run -- a step budget (``calibrate_sigma``) calibrates sigma to the target, a given sigma
 (``derive_steps``) derives the steps that keep the sound epsilon within the target. The report
 carries the published ("as published") epsilon beside it for comparison with the paper; the
@@ -46,7 +46,7 @@ from dpsynth.methods.loop import LOOP_LOG_FIELDS, Release, run_training
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets import GENERATORS, build_generator
 from dpsynth.nets.gswgan import GSWGANGenerator
-from dpsynth.privacy import accounting as acc
+from dpsynth.privacy import mechanisms
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport, gswgan_report
 from dpsynth.privacy.sanitizers import PerSampleSanitizer
 
@@ -80,30 +80,15 @@ def warmstart_location(ctx: TrainContext) -> tuple[dict[str, Any], Path]:
 
 
 def privacy_schedule(ctx: TrainContext, n_critics: int) -> tuple[float | None, int, BudgetGuard | None, str]:
-    """(sigma, generator steps, guard, accounting that sets the schedule) from the privacy plan."""
-    plan, b = ctx.privacy_plan, ctx.experiment.hparams.batch_size
-    if not plan.enabled:
-        return None, int(plan.steps or ctx.experiment.hparams.max_steps or PAPER_STEPS), None, "none"
-    eps, delta = plan.epsilon, plan.delta
-    if plan.mode == "calibrate_sigma":
-        # a sweep cell's share of a scale budget is measured with the same sound accountant
-        steps = plan.budget_steps(b, lambda sigma, batch, eps_, delta_: acc.gswgan_sound_max_steps(
-            sigma, n_critics, batch, delta_, eps_))
-        sigma = acc.gswgan_sound_sigma(n_critics, b, steps, delta, eps)
-        return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
-    if plan.mode == "derive_steps":
-        # The target is held to the SOUND accountant here too (docs/deviations.md row 8): deriving the steps from
-        # the published per-sample count would let a run configured for epsilon 10 end at ~369.
-        sigma = float(plan.sigma)
-        steps = acc.gswgan_sound_max_steps(sigma, n_critics, b, delta, eps)
-        if steps < 1:
-            raise ConfigError(
-                f"experiments.{ctx.name}.privacy: under the sound GS-WGAN accountant sigma {sigma} cannot afford "
-                f"one step at epsilon {eps} (N_d={n_critics}, B={b}); the published settings (sigma 1.07, "
-                f"N_d 1000, B 32) reach sound epsilon ~369 after 20,000 steps - state that epsilon, or give "
-                f"a step budget so sigma is calibrated")
-        return sigma, steps, BudgetGuard.for_gswgan(sigma, n_critics, b, delta, eps), "sound"
-    raise ConfigError(f"unknown privacy mode {plan.mode!r}")
+    """(sigma, generator steps, guard, accounting that sets the schedule) from the privacy plan, by GS-WGAN's
+    per-critic Gaussian (``privacy.mechanisms``). The target is held to the SOUND accountant in either mode
+    (docs/deviations.md row 8): deriving the steps from the published per-sample count would let a run
+    configured for epsilon 10 end at ~369; a sweep cell's share of a scale budget is measured with it too."""
+    h = ctx.experiment.hparams
+    schedule = mechanisms.get("gs_wgan", mechanisms.GSWGANGaussian).schedule(
+        ctx.privacy_plan, who=f"experiments.{ctx.name}.privacy", batch_size=h.batch_size, shards=n_critics,
+        default_steps=lambda: h.max_steps or PAPER_STEPS)
+    return schedule.sigma, schedule.steps, schedule.guard, "none" if schedule.sigma is None else "sound"
 
 
 # --------------------------------------------------------------------------- steps

@@ -15,6 +15,7 @@ from typing import Any
 from dpsynth.errors import PrivacyError
 from dpsynth.io import write_json
 from dpsynth.privacy import accounting as acc
+from dpsynth.privacy.gswgan_accounting import gswgan_epsilon, gswgan_sound_step
 
 REPORT_VERSION = 1
 
@@ -146,7 +147,7 @@ def gswgan_report(
     target_epsilon: float | None = None,
 ) -> PrivacyReport:
     """GS-WGAN report: both accountings; the headline (what a target is held to) is the sound one."""
-    eps = acc.gswgan_epsilon(sigma, shards, batch_size, steps, delta)
+    eps = gswgan_epsilon(sigma, shards, batch_size, steps, delta)
     return PrivacyReport(
         mechanism="gs_wgan", sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps), headline="sound.rdp_classic",
         steps=steps, q=1.0 / shards, sampling="one shard per step", dataset_size=dataset_size,
@@ -208,7 +209,7 @@ class BudgetGuard:
         cls, sigma: float, shards: int, batch_size: int, delta: float, target_eps: float, *, steps_spent: int = 0
     ) -> BudgetGuard:
         """Guard on the SOUND GS-WGAN accounting (docs/deviations.md row 8: a target uses the sound one)."""
-        return cls(*acc.gswgan_sound_step(sigma, shards, batch_size), delta, target_eps, steps_spent=steps_spent)
+        return cls(*gswgan_sound_step(sigma, shards, batch_size), delta, target_eps, steps_spent=steps_spent)
 
     @property
     def remaining(self) -> int:

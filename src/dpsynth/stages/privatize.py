@@ -44,7 +44,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     from dpsynth.data.registry import get_spec
     from dpsynth.io import write_json, write_npz
     from dpsynth.methods.entropic_wgan import loss_spec_for, to_records
-    from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
+    from dpsynth.privacy import mechanisms
     from dpsynth.privacy.randomness import NoiseSource
 
     exp = get_experiment(params, experiment, source)
@@ -59,13 +59,9 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     records = to_records(data.x_train)
     noise = NoiseSource(params.privacy_noise, local.seed if params.privacy_noise == "reproducible" else None)
     rng = noise.numpy_rng(0)
-    if local.mechanism == "laplace":
-        y, rep = laplace_mechanism(records, local.radius, local.epsilon, rng,
-                                   dct_image_shape=record_shape if local.dct else None,
-                                   dct_quantile=local.dct_quantile)
-    else:
-        assert local.delta is not None  # enforced by config.LocalMechanism
-        y, rep = gaussian_mechanism(records, local.radius, local.epsilon, local.delta, rng)
+    mechanism = mechanisms.local(local.mechanism)  # delta and DCT as it requires: enforced by config.LocalMechanism
+    y, rep = mechanism.privatize(records, radius=local.radius, epsilon=local.epsilon, delta=local.delta, rng=rng,
+                                 dct_image_shape=record_shape if local.dct else None, dct_quantile=local.dct_quantile)
     report = {
         "experiment": experiment,
         "dataset": exp.dataset,
@@ -76,7 +72,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
         "record_space": "images mapped to [-1, 1] and flattened (C*H*W)" if len(record_shape) == 3
                         else "points as generated",
         "domain": "dct" if local.dct else ("pixels" if len(record_shape) == 3 else "points"),
-        "projection": "l1 ball" if local.mechanism == "laplace" else "l2 ball",
+        "projection": mechanism.projection_name,
         # the source's path only: a hash of the private data would let anyone confirm a guessed dataset
         "source": {"path": str(src)},
         "note": "epsilon uses the sound sensitivity 2R (diameter of the ball); epsilon_paper_convention "

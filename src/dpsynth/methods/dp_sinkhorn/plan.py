@@ -17,7 +17,7 @@ from dpsynth.errors import DataError, DpsynthError
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.loop import LOOP_LOG_FIELDS
 from dpsynth.methods.optim import make_optimizer
-from dpsynth.privacy import accounting as acc
+from dpsynth.privacy import mechanisms
 from dpsynth.privacy.report import PrivacyReport, dp_sgd_report
 
 #: DP-Sinkhorn's default Sinkhorn iterations per solve (annealed from the largest cost down
@@ -107,30 +107,18 @@ def sampling(ctx: TrainContext) -> tuple[float, str, np.ndarray | None]:
 
 
 def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float | None, int]:
-    """(sigma, steps) from the plan: derive the steps from sigma, or calibrate sigma to the steps."""
-    plan, h = ctx.privacy_plan, ctx.experiment.hparams
-    if not plan.enabled:
-        steps = plan.steps or h.max_steps
-        if steps is None:
-            raise DpsynthError(f"{ctx.name}: a non-private run needs hparams.max_steps (or a scale step budget)")
-        return None, int(steps)
-    if plan.mode == "derive_steps":
-        sigma = float(plan.sigma)
-        steps = acc.max_steps(sigma, q, plan.delta, plan.epsilon, conversion="classic", sampling=sampling)
-        if steps < 1:
-            raise DpsynthError(f"{ctx.name}: sigma {sigma} cannot afford a single step at epsilon {plan.epsilon}")
-    else:
-        n_records = ctx.data.x_train.shape[0]
+    """(sigma, steps) from the plan by the subsampled Gaussian (``privacy.mechanisms``): steps derived
+    from sigma, or sigma calibrated to the steps. A sweep cell's share of a scale budget is measured at
+    its batch size's rate under Poisson sampling, at the fixed 1 / k of the adversarial partitions."""
+    h, n_records = ctx.experiment.hparams, ctx.data.x_train.shape[0]
 
-        def steps_allowed(sigma: float | None, batch_size: int, eps: float | None, delta: float | None) -> int:
-            # the papers' way for a sweep cell's share of a scale budget (PrivacyPlan.budget_steps)
-            rate = q if h.adversarial else batch_size / n_records
-            return acc.max_steps(sigma, rate, delta, eps, conversion="classic", sampling=sampling)
+    def rate(batch_size: int) -> float:
+        return q if h.adversarial else batch_size / n_records
 
-        steps = plan.budget_steps(h.batch_size, steps_allowed)
-        sigma = acc.calibrate_sigma(q, steps, plan.delta, plan.epsilon, conversion="classic",
-                                    sampling=sampling)
-    return sigma, steps
+    schedule = mechanisms.get("subsampled_gaussian", mechanisms.SubsampledGaussian).schedule(
+        ctx.privacy_plan, who=f"experiments.{ctx.name}.privacy", batch_size=h.batch_size, rate=rate,
+        sampling=sampling, default_steps=lambda: h.max_steps)
+    return schedule.sigma, schedule.steps
 
 
 def generator_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:

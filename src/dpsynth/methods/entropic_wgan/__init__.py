@@ -35,7 +35,6 @@ from dpsynth.methods.entropic_wgan.loss import (
     DENSE_MAX_ENTRIES,
     EXACT_MAX_ENTRIES,
     LOSSES,
-    MATCHED_P,
     LossSpec,
     TorchDCT,
     ewgan_loss,
@@ -47,7 +46,7 @@ from dpsynth.methods.entropic_wgan.loss import (
 from dpsynth.methods.entropic_wgan.run import EWGANStepper, train
 
 __all__ = [
-    "DEFAULT_SINKHORN_ITERS", "DENSE_MAX_ENTRIES", "EXACT_MAX_ENTRIES", "LOSSES", "MATCHED_P", "EWGANStepper",
+    "DEFAULT_SINKHORN_ITERS", "DENSE_MAX_ENTRIES", "EXACT_MAX_ENTRIES", "LOSSES", "EWGANStepper",
     "EWGANTrainer", "LossSpec", "TorchDCT", "ewgan_loss", "fit", "generator_arch", "geomloss_schedule",
     "load_released", "local_noise", "loss_spec_for", "sample_records", "to_records", "train",
 ]

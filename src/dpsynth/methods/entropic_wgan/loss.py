@@ -17,10 +17,10 @@ from dpsynth.data.dataset import images_to_signed
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
 from dpsynth.ot.costs import GroundCost
+from dpsynth.privacy import mechanisms
 
 LOSSES = ("entropic", "exact", "sinkhorn_divergence")
 DEFAULT_SINKHORN_ITERS = 400  # Reshetova et al. §4.3-4.4: L = 400 Sinkhorn-Knopp iterations
-MATCHED_P = {"laplace": 1, "gaussian": 2}  # f_N ~ exp(-||x||_p^p / (p s^p))
 
 
 # --------------------------------------------------------------------------- record space
@@ -49,15 +49,10 @@ def local_noise(local: LocalMechanism) -> dict[str, Any]:
     Calls the very mechanism the privatize stage uses (on one dummy record) so the trainer's
     temperature can never drift from the noise actually added.
     """
-    from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
-
-    dummy = np.zeros((1, 1))
-    if local.mechanism == "laplace":
-        _, rep = laplace_mechanism(dummy, local.radius, local.epsilon, 0)
-    else:
-        if local.delta is None:
-            raise ConfigError("local.delta: the Gaussian mechanism needs delta in (0, 0.5)")
-        _, rep = gaussian_mechanism(dummy, local.radius, local.epsilon, local.delta, 0)
+    mechanism = mechanisms.local(local.mechanism)
+    if mechanism.needs_delta and local.delta is None:
+        raise ConfigError(f"local.delta: {mechanism.config_problem(None, False)}")
+    _, rep = mechanism.privatize(np.zeros((1, 1)), radius=local.radius, epsilon=local.epsilon, delta=local.delta, rng=0)
     return {
         "mechanism": local.mechanism,
         "noise_scale": rep.noise_scale,
@@ -101,7 +96,7 @@ def loss_spec_for(exp: Experiment, record_shape: tuple[int, ...]) -> LossSpec:
         raise ConfigError("entropic_wgan trains on locally privatized records: the experiment needs a "
                           "local: section (its temperature is matched to that noise)")
     h: EntropicWGANHparams = exp.hparams  # type: ignore[assignment]
-    matched = MATCHED_P[exp.local.mechanism]
+    matched = mechanisms.local(exp.local.mechanism).matched_p  # f_N ~ exp(-||x||_p^p / (p s^p))
     p = matched if h.cost_p is None else int(h.cost_p)
     if p != matched and not h.allow_mismatch:
         raise ConfigError(

@@ -17,6 +17,7 @@ from dpsynth.methods.entropic_wgan.fit import EWGANTrainer, generator_arch
 from dpsynth.methods.entropic_wgan.loss import LossSpec, local_noise, loss_spec_for
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.nets import build_seeded_generator
+from dpsynth.privacy import mechanisms
 
 def _total_steps(ctx: TrainContext) -> int:
     steps = ctx.privacy_plan.steps or ctx.experiment.hparams.max_steps
@@ -32,7 +33,7 @@ def _privacy_report(ctx: TrainContext, noise: dict[str, Any], n_records: int) ->
     local = ctx.experiment.local
     assert local is not None
     return PrivacyReport(
-        mechanism=f"local_{local.mechanism}", sigma=noise["noise_scale"], delta=noise["delta"],
+        mechanism=mechanisms.local(local.mechanism).name, sigma=noise["noise_scale"], delta=noise["delta"],
         epsilon={"sound": noise["epsilon"], "paper_convention": noise["epsilon_paper_convention"]},
         headline="sound", dataset_size=n_records,
         noise=ctx.noise.describe(),

@@ -5,6 +5,10 @@
 
 configfile: "params.yaml"
 
+# The jobs find `dpsynth` on PATH (workflow/rules/common.smk puts this environment's bin/ first).
+envvars:
+    "PATH"
+
 
 # `snakemake --report report.html`: the tables (ours beside the papers'), figures, labelled
 # sample grids and training curves, each with its caption (workflow/report/*.rst).

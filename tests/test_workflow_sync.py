@@ -33,7 +33,7 @@ def snakemake_commands(cwd: Path) -> set[str]:
     out = run([venv_bin("snakemake"), "-n", "-p", "--forceall"], cwd)
     cmds = set()
     for line in out.splitlines():
-        m = re.search(r"-m dpsynth\.cli (.*?)(?: > \S+ 2>&1)?$", line.strip())
+        m = re.match(r"(?:Shell command: )?dpsynth (.*?)(?: > \S+ 2>&1)?$", line.strip())
         if m:
             # Snakemake's jobs read the run's validated snapshot of params.yaml (+ overrides)
             cmds.add(RUN_PARAMS_RE.sub("--params params.yaml", m.group(1).strip()))
@@ -318,6 +318,21 @@ def test_report_page_renders(smoke_pipelines, tmp_path):
     text = dom.read_text()
     for words in ("our numbers beside", "Configuration: scale <tt", "Sample grids", "Tables", "Figures"):
         assert words in text, words
+
+
+def test_a_moved_clone_through_another_path_to_its_venv_plans_nothing(smoke_snakemake, tmp_path):
+    """No rule holds the interpreter's path (issue 47): the finished smoke workspace copied to another
+    folder, and Snakemake started as `<another path to the same venv>/bin/python -m snakemake`, has
+    nothing to do. (With the interpreter as a rule param every job was planned: "Params have changed".)"""
+    import sys
+
+    from tests.pipelines import copy_workspace
+
+    moved = copy_workspace(smoke_snakemake, tmp_path / "moved")
+    venv = tmp_path / "venv"
+    venv.symlink_to(Path(sys.executable).parent.parent, target_is_directory=True)
+    out = run([str(venv / "bin" / "python"), "-m", "snakemake", "-n"], moved)
+    assert "Nothing to be done" in out, out[-3000:]
 
 
 def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):

@@ -2,7 +2,6 @@
 import fcntl
 import hashlib
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -151,9 +150,16 @@ def fp(stage):
     so an edit to params.yaml or an override re-runs exactly the jobs it affects."""
     return lambda wildcards: fingerprint(PARAMS, stage, next(iter(wildcards), ""))
 
-# The interpreter running Snakemake has dpsynth installed; calling it this way works
-# whether or not the virtualenv's bin/ is on PATH (e.g. inside a SLURM job).
-DPSYNTH = f"{shlex.quote(sys.executable)} -m dpsynth.cli"
+# Each job runs `dpsynth ...` as a plain shell command found on PATH, as DVC's stages do, and no
+# job's params hold an interpreter path. (Snakemake re-runs a job whose params change, so with the
+# interpreter's absolute path as a param the same clone moved to another folder, or run through
+# another path to the same venv, planned every job again.) The environment that runs Snakemake holds
+# dpsynth (the README's .venv; with `--sdm conda`, workflow/envs/dpsynth.yaml, activated after this);
+# its bin/ goes first on the jobs' PATH, so `.venv/bin/snakemake` works without activating the venv,
+# on a SLURM node too. The Snakefile declares `envvars` PATH, as Snakemake's linter asks.
+_ENV_BIN = str(Path(sys.executable).parent)
+if _ENV_BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _ENV_BIN + os.pathsep + os.environ.get("PATH", "")
 ENV = "../envs/dpsynth.yaml"
 
 # Cluster resources per rule and scale, one table (workflow/resources.yaml).

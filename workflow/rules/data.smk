@@ -14,7 +14,6 @@ rule prepare_data:
     benchmark:
         "benchmarks/jobs/prepare_data/{dataset}.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("prepare_data"),
     resources:
@@ -23,4 +22,4 @@ rule prepare_data:
     conda:
         ENV
     shell:
-        "{params.cli} data prepare {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth data prepare {wildcards.dataset} --params {params.run_params} > {log} 2>&1"

@@ -17,7 +17,6 @@ rule evaluate:
         "benchmarks/jobs/evaluate/{experiment}.tsv"
     threads: cpu_threads("evaluate")
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("evaluate"),
     resources:
@@ -27,7 +26,7 @@ rule evaluate:
     conda:
         ENV
     shell:
-        "{params.cli} evaluate {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth evaluate {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
 
 
 rule evaluate_real:
@@ -46,7 +45,6 @@ rule evaluate_real:
         "benchmarks/jobs/evaluate_real/{dataset}.tsv"
     threads: cpu_threads("evaluate_real")
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("evaluate_real"),
     resources:
@@ -56,7 +54,7 @@ rule evaluate_real:
     conda:
         ENV
     shell:
-        "{params.cli} evaluate --real {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth evaluate --real {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
 
 
 rule w2_noise:
@@ -71,7 +69,6 @@ rule w2_noise:
         "benchmarks/jobs/w2_noise/{dataset}.tsv"
     threads: cpu_threads("w2_noise")
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("w2_noise"),
     resources:
@@ -80,4 +77,4 @@ rule w2_noise:
     conda:
         ENV
     shell:
-        "{params.cli} w2noise {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth w2noise {wildcards.dataset} --params {params.run_params} > {log} 2>&1"

@@ -14,7 +14,6 @@ rule privatize:
     benchmark:
         "benchmarks/jobs/privatize/{experiment}.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("privatize"),
     # the torch threads the stage runs (it pins them like every compute stage), not the default 1
@@ -22,4 +21,4 @@ rule privatize:
     conda:
         ENV
     shell:
-        "{params.cli} privatize {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth privatize {wildcards.experiment} --params {params.run_params} > {log} 2>&1"

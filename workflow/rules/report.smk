@@ -20,10 +20,9 @@ rule report:
     benchmark:
         "benchmarks/jobs/report.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("report"),
     conda:
         ENV
     shell:
-        "{params.cli} report --params {params.run_params} > {log} 2>&1"
+        "dpsynth report --params {params.run_params} > {log} 2>&1"

@@ -17,7 +17,6 @@ rule sample:
         "benchmarks/jobs/sample/{experiment}.tsv"
     threads: cpu_threads("sample")
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("sample"),
     resources:
@@ -26,4 +25,4 @@ rule sample:
     conda:
         ENV
     shell:
-        "{params.cli} sample {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth sample {wildcards.experiment} --params {params.run_params} > {log} 2>&1"

@@ -17,7 +17,6 @@ rule train_sweep:
     benchmark:
         "benchmarks/jobs/train_sweep/{sweep}.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("train_sweep"),
     threads: cpu_threads("train_sweep")
@@ -28,7 +27,7 @@ rule train_sweep:
     conda:
         ENV
     shell:
-        "{params.cli} train-sweep {wildcards.sweep} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth train-sweep {wildcards.sweep} --params {params.run_params} --no-progress > {log} 2>&1"
 
 
 rule train:
@@ -44,7 +43,6 @@ rule train:
     benchmark:
         "benchmarks/jobs/train/{experiment}.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("train"),
     threads: cpu_threads("train")
@@ -55,4 +53,4 @@ rule train:
     conda:
         ENV
     shell:
-        "{params.cli} train {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth train {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"

@@ -14,7 +14,6 @@ rule warmstart:
     benchmark:
         "benchmarks/jobs/warmstart/{experiment}.tsv"
     params:
-        cli=DPSYNTH,
         run_params=RUN_PARAMS,
         fingerprint=fp("warmstart"),
     threads: cpu_threads("warmstart")
@@ -25,4 +24,4 @@ rule warmstart:
     conda:
         ENV
     shell:
-        "{params.cli} warmstart {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth warmstart {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"

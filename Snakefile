@@ -54,3 +54,5 @@ rule all:
         expand("results/runs/{experiment}/metrics.json", experiment=TARGETS),
         expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
         expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),
+        # every targeted sweep's train_sweep job, as in dvc.yaml (its cells wait for it only under train_together)
+        expand("private/sweeps/{sweep}", sweep=PARAMS.pipeline.sweeps),

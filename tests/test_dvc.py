@@ -174,6 +174,10 @@ EDITS: list[tuple[str, Callable[[dict], None], set[str]]] = [
     ("experiments.dps_fmnist.hparams.lr", lambda p: p["experiments"][EXP]["hparams"].__setitem__("lr", 2e-5), RUN),
     ("experiments.dps_fmnist.description", lambda p: p["experiments"][EXP].__setitem__("description", "x"),
      {"report"}),
+    # p is swept by pm_fmnist_quick (not trained together): its cell sets its own p and re-runs nothing; the
+    # sweep's marker job does (its base changed). Snakemake used to re-run the cell after that job (issue 47).
+    ("experiments.dps_fmnist.hparams.p (swept)", lambda p: p["experiments"][EXP]["hparams"].__setitem__("p", 0.5),
+     {f"{r}@{EXP}" for r in ("train", "sample", "evaluate")} | {"train_sweep_pm_fmnist_quick", "report"}),
     ("scales.paper.n_synthetic_sets (another scale)", lambda p: p["scales"]["paper"].__setitem__("n_synthetic_sets", 2),
      {"report"}),
     ("scales.smoke.n_synthetic", lambda p: p["scales"]["smoke"].__setitem__("n_synthetic", 400),

@@ -69,11 +69,17 @@ def test_a_sweep_is_a_matrix_over_its_lists_in_params_yaml():
     train = stages["train_gs_sigma"]
     assert train["matrix"] == {"sigma": "${sweeps.gs_sigma.grid.sigma}"}
     assert train["cmd"] == "dpsynth train gs_sigma-sigma${item.sigma} --params params.yaml --no-progress"
-    # a sigma sweep leaves the critics alone: every cell trains from its base's warm start
-    assert train["deps"][:4] == ["results/settings/train/gs_sigma-sigma${item.sigma}.json",
-                                 "data/processed/fashion_mnist.npz", "private/sweeps/gs_sigma",
-                                 "private/warmstart/gswgan_fmnist/critics.pt"]
+    # a sigma sweep leaves the critics alone: every cell trains from its base's warm start; its cells train
+    # alone, so they do not wait for the sweep's train_sweep stage (which DVC still runs: it is a stage)
+    assert train["deps"][:3] == ["results/settings/train/gs_sigma-sigma${item.sigma}.json",
+                                 "data/processed/fashion_mnist.npz", "private/warmstart/gswgan_fmnist/critics.pt"]
+    assert "private/sweeps/gs_sigma" not in train["deps"] and "train_sweep_gs_sigma" in stages
     assert "gswgan_fmnist" in stages["warmstart"]["foreach"]
+    # trained together, the cells come after the job that trains them
+    raw["sweeps"]["pm_fmnist_quick"]["train_together"] = True
+    raw["pipeline"]["sweeps"] = ["pm_fmnist_quick"]
+    together = dvc_stages(parse_params(raw))["stages"]["train_pm_fmnist_quick"]
+    assert together["deps"][1:3] == ["data/processed/fashion_mnist.npz", "private/sweeps/pm_fmnist_quick"]
 
 
 def test_a_sweep_of_explicit_cells_is_a_foreach_over_them():

@@ -208,16 +208,18 @@ def sweep_data(wildcards):
 
 
 def train_data(wildcards):
-    """The training data, for GS-WGAN the warm-started critics it starts from, and for a sweep
-    cell its sweep's train_sweep output (with train_together the cell's finished checkpoint is
-    there by then). That job re-runs only when what every cell shares changes, not when a cell
-    is added: a new cell trains alone and the others stay done."""
+    """The training data, for GS-WGAN the warm-started critics it starts from, and for a cell of a
+    sweep trained together (train_together) its sweep's train_sweep output: the cell's finished
+    checkpoint is there by then. That job re-runs only when what every cell shares changes, not
+    when a cell is added: a new cell trains alone and the others stay done. A cell of a sweep
+    trained alone does not wait for (or re-run after) that job, which only writes its marker."""
     exp = EXPERIMENTS[wildcards.experiment]
     if exp.local is not None:
         return [f"data/privatized/{wildcards.experiment}.npz"]
     inputs = [f"data/processed/{exp.dataset}.npz"]
-    if wildcards.experiment in SWEEP_OF:
-        inputs.append(f"private/sweeps/{SWEEP_OF[wildcards.experiment]}")
+    sweep = SWEEP_OF.get(wildcards.experiment)
+    if sweep is not None and PARAMS.sweeps[sweep].train_together:
+        inputs.append(f"private/sweeps/{sweep}")
     warmstart = PARAMS.warmstart_for(wildcards.experiment)
     if warmstart is not None:
         inputs.append(f"private/warmstart/{warmstart}/critics.pt")

@@ -6,8 +6,9 @@
 
 rule train_sweep:
     # With sweeps.<sweep>.train_together: every cell trained in this one job (the batched sweep,
-    # one device), each cell's finished checkpoint left for its own train job to release. Without:
-    # a marker per cell, so the DAG has the same shape either way (and as dvc.yaml).
+    # one device), each cell's finished checkpoint left for its own train job to release, which
+    # waits for it. Without: only the marker saying the cells train alone; they do not wait for it
+    # (an edit of the base experiment re-runs this job, not cells that set their own values).
     input:
         sweep_data,
     output:

@@ -155,7 +155,7 @@ def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None
     finished checkpoint, one batched sweep per shape group, each cell's finished checkpoint left
     where its own `dpsynth train` job releases it from. Writes PRIVATE/sweeps/<name>/group.json,
     the output both DAGs order the cells' train jobs after. Without train_together it only
-    writes that file (the cells train alone), so the DAG has one shape either way.
+    writes that file, saying the cells train alone; their jobs do not wait for it.
 
     The group checkpoints live in PRIVATE/sweep_groups/<name>/, outside the job's output folder,
     which workflow managers empty before (re-)running a job."""

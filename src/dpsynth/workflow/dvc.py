@@ -148,7 +148,9 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
             "cmd": f"dpsynth train-sweep {sweep} --params params.yaml --no-progress",
             "deps": [settings_path("train_sweep", sweep), f"data/processed/{base.dataset}.npz", *_code("train")],
             "outs": [{f"private/sweeps/{sweep}": dict(UNCACHED)}]},
-        f"train_{sweep}": {**loop, **_train(run, [*data[:1], f"private/sweeps/{sweep}", *data[1:]])},
+        # a cell waits for its sweep's job only when that job trains it (train_together), as in the Snakefile
+        f"train_{sweep}": {**loop, **_train(run, [*data[:1], *([f"private/sweeps/{sweep}"] if spec.train_together
+                                                               else []), *data[1:]])},
         f"sample_{sweep}": {**loop, **_sample(run)},
         f"evaluate_{sweep}": {**loop, **_evaluate(run, base.dataset)},
     }

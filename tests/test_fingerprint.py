@@ -119,3 +119,25 @@ def test_writing_a_default_out_changes_nothing():
     assert changed_by(lambda p: p.update(threads=1)) == set()
     assert changed_by(lambda p: p["experiments"]["dps_mnist"]["hparams"].update(lr=lr)) == set()
     assert changed_by(lambda p: p["experiments"]["dps_mnist"].update(seed=None)) == set()
+
+
+def test_a_sigma_the_scale_budget_replaces_re_runs_only_the_report_and_the_cells_measured_against_it():
+    """At the quick scale a step budget replaces the experiment's sigma (PrivacyPlan calibrate_sigma:
+    sigma is calibrated from the target), so editing it cannot change the run: only the report (which
+    prints it) re-runs, and a sweep cell whose step share is measured against this run (its ``reference``,
+    read with the base's sigma). At the paper scale sigma sets the steps: every job of the run re-runs."""
+    from dpsynth.config.run import resolve_run
+
+    p = parse_params(SHIPPED)
+    assert p.scale == "quick" and resolve_run(p, "dps_fmnist").privacy.mode == "calibrate_sigma"
+    measured = [c for c in cells_of("dps_fmnist") if resolve_run(p, c).privacy.reference is not None]
+    got = changed_by(lambda raw: raw["experiments"]["dps_fmnist"]["privacy"].update(sigma=1.3))
+    assert got == per_run(*measured) | {("report", "")}, got
+
+    paper = copy.deepcopy(SHIPPED)
+    paper["scale"] = "paper"
+    edited = copy.deepcopy(paper)
+    edited["experiments"]["dps_fmnist"]["privacy"]["sigma"] = 1.3
+    a, b = parse_params(paper), parse_params(edited)
+    assert {("train", "dps_fmnist"), ("sample", "dps_fmnist"), ("evaluate", "dps_fmnist")} <= {
+        j for j in jobs(a) if fingerprint(a, *j) != fingerprint(b, *j)}

@@ -179,7 +179,16 @@ class RunSpec:
         for people), the scale's changes and the privacy plan; defaults left out, so a new field
         with a default does not re-run a finished pipeline."""
         dumped = self.experiment.model_dump(mode="json", exclude={"description"}, exclude_defaults=True)
-        return {"experiment": dumped, "overrides": self.overrides, "privacy_plan": self.privacy.record()}
+        plan = self.privacy.record()
+        if self.privacy.scale_budget and self.privacy.reference is None:
+            # The scale's step budget replaced the sigma (or steps) the experiment gives: sigma is calibrated
+            # from the target, so that value cannot change the run and an edit of it re-runs none of its jobs
+            # (the report, which prints it, still re-runs). A sweep cell measured against a reference run
+            # reads that run's sigma for its step share: it is in the cell's plan (``reference``).
+            for key in ("sigma", "steps"):
+                dumped.get("privacy", {}).pop(key, None)
+            plan.pop("paper_sigma", None)
+        return {"experiment": dumped, "overrides": self.overrides, "privacy_plan": plan}
 
 
 def resolve_run(params: Params, name: str, seed: int | None = None) -> RunSpec:

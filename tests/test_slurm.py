@@ -30,7 +30,7 @@ import torch
 import yaml
 
 from tests.conftest import REPO, clear_pipeline, require, venv_bin
-from tests.pipelines import copy_workflow, smoke_patch
+from tests.pipelines import copy_workflow, copy_workspace, smoke_patch
 
 # xdist: one worker runs the cluster (group "slurm"); its pipeline test is scheduled first (conftest)
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.xdist_group("slurm"), pytest.mark.timeout(2400)]
@@ -175,23 +175,26 @@ def test_smoke_pipeline_through_sbatch_equals_a_local_run(slurm_cluster, request
     assert m["scale"] == "smoke" and set(m["classifiers"]) == {"logreg", "mlp", "cnn"}
 
 
-def _tiny_workflow(d: Path) -> Path:
-    """One cluster job only (the real-data row on the bundled digits), its data prepared locally."""
+@pytest.fixture(scope="module")
+def tiny_workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cluster job only (the real-data row on the bundled digits), its data prepared locally, once
+    for the module: each test below works on its own copy (``copy_workspace``, timestamps and Snakemake's
+    records kept, so the copy's data job stays done)."""
     def patch(p: dict) -> None:
         p["scale"] = "smoke"
         p["datasets"] = ["digits28"]
         clear_pipeline(p)
         p["evaluation"]["real_datasets"] = ["digits28"]
 
-    d = copy_workflow(d, patch)
+    d = copy_workflow(tmp_path_factory.mktemp("tiny") / "w", patch)
     res = subprocess.run([venv_bin("snakemake"), "--cores", "2", "data/processed/digits28.npz"], cwd=d,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return d
 
 
-def test_missing_partition_fails_with_slurms_message(slurm_cluster, tmp_path):
-    d = _with_profile(_tiny_workflow(tmp_path / "w"), "badsite", slurm_partition="nosuchpartition")
+def test_missing_partition_fails_with_slurms_message(slurm_cluster, tiny_workflow, tmp_path):
+    d = _with_profile(copy_workspace(tiny_workflow, tmp_path / "w"), "badsite", slurm_partition="nosuchpartition")
     rc, out, secs = _snakemake(d, slurm_cluster.env, "--cores", "8", "--profile", "badsite", *TEST_CLUSTER_ARGS,
                                timeout=600)
     assert rc != 0, out[-4000:]
@@ -199,9 +202,9 @@ def test_missing_partition_fails_with_slurms_message(slurm_cluster, tmp_path):
     assert secs < 300, f"took {secs:.0f} s to give up"
 
 
-def test_unreachable_controller_fails_with_slurms_message(slurm_cluster, tmp_path):
+def test_unreachable_controller_fails_with_slurms_message(slurm_cluster, tiny_workflow, tmp_path):
     """The same cluster's config with the controller moved to a port nobody listens on."""
-    d = _tiny_workflow(tmp_path / "w")
+    d = copy_workspace(tiny_workflow, tmp_path / "w")
     _with_profile(d)
     conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
     dead = tmp_path / "dead-controller.conf"

@@ -53,8 +53,11 @@ def _and(items: list[Any]) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    On libyaml's C parser where PyYAML has it (the same safe construction; params.yaml parses in
+    17 ms instead of 110: every job, Snakefile and DVC stage command reads it at start-up).
 
     Plain YAML loaders silently keep the last value: a second ``privacy:`` inside one experiment
     turned its epsilon 10 into 1000, and a second ``experiments.<name>:`` replaces the first

@@ -282,6 +282,34 @@ def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos, experiment):
     assert NEW_CELL in experiment.grid_table
 
 
+def test_metrics_and_plots_diff_read_the_committed_run_from_the_cache(smoke_pipelines, tmp_path):
+    """`dvc metrics diff HEAD` and `dvc plots diff HEAD` in a clone, where results/ is not in git (the project's
+    .gitignore): the committed run's headline numbers and figure data come from the DVC cache. Uncached, as they
+    were, HEAD's could be read from nowhere (issue 47)."""
+    d = copy_workspace(smoke_pipelines.dvc, tmp_path / "clone")
+    with open(d / ".gitignore", "a") as fh:
+        fh.write("/results/\n")
+    sh(d, "git", "rm", "-r", "-q", "--cached", "results")
+    sh(d, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-am", "results/ out of git")
+    assert not sh(d, "git", "ls-files", "results").strip()
+    diff = json.loads(dvc(d, "metrics", "diff", "HEAD", "--all", "--json").strip().splitlines()[-1])
+    for run in (EXP, "pm_fmnist_quick-p1.0-m1", GS):
+        path = f"results/runs/{run}/headline.json"
+        head = json.loads((d / path).read_text())
+        mine = diff.get(path)
+        assert mine, (path, diff)
+        # HEAD's values (read from the cache) beside the workspace's: the same run, so equal
+        assert mine["epsilon"]["old"] == mine["epsilon"]["new"] == head["epsilon"], mine["epsilon"]
+        assert mine["accuracy.cnn"]["old"] == head["accuracy"]["cnn"], mine
+    plots = json.loads(dvc(d, "plots", "diff", "HEAD", "--json").strip().splitlines()[-1])
+    assert not plots.get("errors"), plots.get("errors")
+    for path in ("results/figures/accuracy_vs_epsilon.csv", f"models/{EXP}/train_log.csv"):
+        (entry,) = plots["data"][path]
+        assert entry["revisions"] == ["workspace", "HEAD"], (path, entry["revisions"])
+        rows = {rev: [r for r in entry["content"]["data"]["values"] if r["rev"] == rev] for rev in entry["revisions"]}
+        assert rows["HEAD"] == [{**r, "rev": "HEAD"} for r in rows["workspace"]], path
+
+
 def test_dvc_plots_show_each_run_and_one_quantity_per_file(repos):
     """`dvc plots show`: every run's training log (epsilon vs step) and the report's one-quantity
     files, with the columns the definitions name."""

@@ -41,6 +41,8 @@ HEADER = """\
 # Outputs under private/ (warm-started critics, sweep checkpoints) are kept out of the DVC cache:
 # they are trained on the private data without noise and must never be pushed to a remote. The
 # prepared datasets (data/processed/*.npz: the training records themselves) are cached but `push: false`.
+# Results (metrics, W2 measurements, tables, figures) are cached: results/ is not in git, so the cache is
+# where `dvc metrics diff` and `dvc plots diff` read an earlier commit's numbers.
 """
 
 #: stage group kind -> the CLI module its command runs (its code dependencies start there)
@@ -71,8 +73,10 @@ def _run_outputs(run: str) -> dict[str, Any]:
 
 
 def _metrics(folder: str) -> dict[str, Any]:
-    """An evaluation's outputs: ``dvc metrics show`` prints the headline numbers, not all of metrics.json."""
-    return {"outs": [{f"{folder}/metrics.json": dict(UNCACHED)}], "metrics": [{f"{folder}/headline.json": dict(UNCACHED)}]}
+    """An evaluation's outputs: ``dvc metrics show`` prints the headline numbers, not all of metrics.json.
+    Cached, like the report's: results/ is not in git, so an uncached metric of an earlier commit could be
+    read from nowhere and ``dvc metrics diff`` / ``dvc plots diff`` against it failed (issue 47)."""
+    return {"outs": [f"{folder}/metrics.json"], "metrics": [f"{folder}/headline.json"]}
 
 
 def _train(run: str, data: list[str]) -> dict[str, Any]:
@@ -178,14 +182,14 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     stages["w2_noise"] = {"foreach": "${w2_noise}", "do": {
         "cmd": "dpsynth w2noise ${key} --params params.yaml",
         "deps": [settings_path("w2_noise", "${key}"), "data/processed/${key}.npz", *_code("w2_noise")],
-        "outs": [{"results/w2_noise/${key}.csv": dict(UNCACHED)}, {"results/w2_noise/${key}.json": dict(UNCACHED)}]}}
+        "outs": ["results/w2_noise/${key}.csv", "results/w2_noise/${key}.json"]}}
     # Folders, not files: a dependency on a folder orders the report after every stage writing
     # into it (models: every run's train_log.csv), so sweep cells need no edit here.
     stages["report"] = {
         "cmd": "dpsynth report --params params.yaml",
         "deps": [settings_path("report"), "models", "results/runs", "results/real", "results/w2_noise",
                  *_code("report")],
-        "outs": [{"results/tables": dict(UNCACHED)}, {"results/figures": dict(UNCACHED)}]}
+        "outs": ["results/tables", "results/figures"]}  # cached: `dvc plots diff <rev>` reads the rev's figures
     # One quantity per file: DVC draws one y per series (W2 per loss; accuracy per classifier; FID).
     plots = [
         {"results/figures/w2_noise_by_loss.csv": {"x": "noise", "y": ["entropic", "exact", "sinkhorn_divergence"],

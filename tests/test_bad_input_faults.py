@@ -335,7 +335,7 @@ def test_re_preparing_replaces_the_pair(tmp_path: Path, monkeypatch: pytest.Monk
 # --------------------------------------------------------------------------- 5: --device
 
 
-@pytest.mark.parametrize("stage", ["train", "warmstart"])
+@pytest.mark.parametrize("stage", ["train", "warmstart", "evaluate"])
 @pytest.mark.parametrize("device,message", [
     ("tpu", "--device 'tpu': unknown device; use auto"),
     ("cuda:99", "--device 'cuda:99': "),
@@ -351,10 +351,11 @@ def test_bad_device_is_refused_up_front(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
 def test_cuda_without_a_gpu_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                       capsys: pytest.CaptureFixture[str], stage: str) -> None:
     monkeypatch.chdir(tmp_path)
-    rc, _, err = _cli(capsys, "train", EXP, "--device", "cuda")
+    rc, _, err = _cli(capsys, stage, EXP, "--device", "cuda")
     _clean_failure(rc, err)
     assert "--device 'cuda': CUDA is not available on this machine (available here: auto, cpu)" in err, err
 

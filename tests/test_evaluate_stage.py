@@ -112,6 +112,7 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     fid = m["fid"]  # the offline extractor is installed (required above): FID is a number, never "unavailable"
     assert fid["available"] is True and fid["mean"] > 0, fid.get("reason")
     assert fid["weights_path"] == str(weights) and fid["values"] == [fid["mean"]] and fid["n_synthetic"] == 8
+    assert fid["device"] == "cpu"
     # each accuracy is a count of correct images over the real digits28 test split; mean/std/n summarise
     # the per-set values (population std), one synthetic set at the smoke scale
     n_test = len(load_processed(workdir / "data/processed/digits28.npz").y_test)
@@ -119,6 +120,7 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
         assert c["n"] == len(c["values"]) == len(c["runs"]) == m["n_synthetic_sets"] == 1, kind
         for run, value in zip(c["runs"], c["values"]):
             assert run["kind"] == kind and run["n_test"] == n_test and run["accuracy"] == value, (kind, run)
+            assert run["device"] == "cpu", run  # --device auto on a machine without a GPU
             correct = round(value * n_test)
             assert 0 <= correct <= n_test and value == pytest.approx(correct / n_test, abs=1e-12), (kind, value)
         assert c["mean"] == pytest.approx(np.mean(c["values"]), abs=1e-12)

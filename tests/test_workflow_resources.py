@@ -16,7 +16,7 @@ from tests.conftest import venv_bin
 from tests.pipelines import copy_workflow, run
 
 # The jobs that ask for a GPU at the paper scale (the `gpu: 1` rows of workflow/resources.yaml).
-GPU_RULES = {"train", "train_sweep", "warmstart"}  # evaluation runs on the CPU (workflow/resources.yaml)
+GPU_RULES = {"train", "train_sweep", "warmstart", "evaluate", "evaluate_real"}  # `--device auto` in each
 # The rules whose stage pins torch to params.yaml's `threads` (dpsynth.stages.common.prepare_cpu): their
 # jobs must ask for exactly that many CPUs. The data download and the report run one thread.
 THREADED_RULES = {"privatize", "warmstart", "train_sweep", "train", "sample", "evaluate", "evaluate_real",
@@ -75,8 +75,9 @@ def test_no_job_asks_for_a_gpu_at_smoke_or_quick(workflow: Path, scale: str) -> 
 
 
 def test_at_paper_exactly_the_gpu_jobs_ask_for_one(workflow: Path) -> None:
-    """train, train_sweep and warmstart ask for one GPU each; sampling, evaluation (it runs on the CPU
-    until the GPU issue moves it), the data, the W2 sweeps, privatization and the report for none."""
+    """train, train_sweep, warmstart and both evaluations (`dpsynth evaluate --device auto`: classifiers and
+    Inception on the GPU) ask for one GPU each; sampling, the data, the W2 sweeps, privatization and the
+    report for none. Before `evaluate --device`, the evaluations asked for none."""
     asked = gpus(workflow, "scale=paper", THREADS)
     assert GPU_RULES <= set(asked), sorted(asked)
     assert {rule: n for rule, n in asked.items() if rule in GPU_RULES} == {rule: {1} for rule in GPU_RULES}

@@ -62,14 +62,16 @@ class ISClassifierCache:
     """The IS network of one dataset at one setting, trained on the real training split (the
     ``train_subset`` images ``subset_indices`` draws with ``seed``: the draw a real-data row's
     classifiers make), cached in ``cache_dir`` under the SHA-256 of those images, their labels and
-    the fit's settings -- other data or settings can never be served a stale network.
+    the fit's settings -- other data or settings can never be served a stale network. The device it
+    was fitted on is not part of the key: a network fitted on the GPU serves a CPU job and vice versa
+    (the same fit up to float rounding), and ``device`` is where this job runs and predicts with it.
 
     ``get`` loads it or fits and stores it; ``store`` keeps a fit made elsewhere with the very same
     arguments (the real-data row's CNN, handed over by ``train_and_score(on_fitted=...)``)."""
 
     def __init__(self, real: Dataset, cache_dir: str | Path | None, *, max_epochs: int,
-                 train_subset: int | None, seed: int = 0) -> None:
-        self.real, self.max_epochs, self.seed = real, max_epochs, seed
+                 train_subset: int | None, seed: int = 0, device: str = "cpu") -> None:
+        self.real, self.max_epochs, self.seed, self.device = real, max_epochs, seed, device
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         idx = subset_indices(len(real.x_train), train_subset, seed)
         self.x, self.y = (real.x_train, real.y_train) if idx is None else (real.x_train[idx], real.y_train[idx])
@@ -105,6 +107,7 @@ class ISClassifierCache:
                 shape = tuple(int(v) for v in z["shape"])
                 net = build_net(KIND, shape, int(z["num_classes"]))  # type: ignore[arg-type]
                 net.load_state_dict({k[2:]: torch.from_numpy(z[k]) for k in z.files if k.startswith("w:")})
+                net.to(torch.device(self.device))
                 hold = float(z["holdout_accuracy"])
                 epochs, n_train = int(z["epochs_run"]), int(z["n_train"])
         except (OSError, KeyError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile):
@@ -114,7 +117,7 @@ class ISClassifierCache:
             kind=KIND, model=net, image_shape=shape, num_classes=self.real.num_classes,  # type: ignore[arg-type]
             n_train=n_train, n_holdout=len(self.x) - n_train, epochs_run=epochs, best_epoch=None, iterations=None,
             converged=True, holdout_loss=None, holdout_accuracy=None if np.isnan(hold) else hold, fit_seconds=0.0,
-            device="cpu")
+            device=self.device)
 
     def get(self) -> tuple[FittedClassifier, dict[str, Any]]:
         """The network and what the record says about it (cache hit or fitted now, size, hold-out accuracy)."""
@@ -123,12 +126,12 @@ class ISClassifierCache:
         if fitted is None:
             cached = False
             fitted = fit_classifier(KIND, self.x, self.y, num_classes=self.real.num_classes, seed=self.seed,
-                                    max_epochs=self.max_epochs)
+                                    max_epochs=self.max_epochs, device=self.device)
             self.store(fitted)
         return fitted, {"kind": KIND, "trained_on": "real training split", "n_train": fitted.n_train,
                         "n_holdout": fitted.n_holdout, "max_epochs": self.max_epochs, "epochs_run": fitted.epochs_run,
                         "holdout_accuracy": fitted.holdout_accuracy, "seed": self.seed, "cached": cached,
-                        "key": self.key[:20], "seconds": round(time.perf_counter() - t0, 2)}
+                        "key": self.key[:20], "device": fitted.device, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def classifier_is(image_sets: list[np.ndarray], cache: ISClassifierCache, *, n_images: int | None,

@@ -53,11 +53,12 @@ class GsWganSettings:
     @classmethod
     def from_preset(cls, sizes: Any, real: Dataset, *, cache_dir: str | Path | None, classifier_max_epochs: int,
                     classifier_train_subset: int | None, threads: int,
-                    classifier_test_subset: int | None = None) -> GsWganSettings:
+                    classifier_test_subset: int | None = None, device: str = "cpu") -> GsWganSettings:
         """From the scale preset: its ``gs_wgan_eval`` sizes, and the classifier settings the IS network
-        shares with the real-data row's CNN (so that row's fit is the network: ``ISClassifierCache``)."""
+        shares with the real-data row's CNN (so that row's fit is the network: ``ISClassifierCache``); the
+        IS network on ``device`` (the zoo is scikit-learn's, on the CPU)."""
         cache = ISClassifierCache(real, cache_dir, max_epochs=classifier_max_epochs,
-                                  train_subset=classifier_train_subset)
+                                  train_subset=classifier_train_subset, device=device)
         ref = sizes.fid_train_reference
         return cls(sizes.zoo_train_subset, sizes.is_samples, sizes.fid_generated,
                    None if ref == "all" else int(ref), cache, threads, sizes.zoo_max_iter, classifier_test_subset)

@@ -50,11 +50,14 @@ def _subset(x: np.ndarray, y: np.ndarray, n: int | None, seed: int) -> tuple[np.
 def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, kinds: list[str],
                       max_epochs: int, train_subset: int | None, seed: int = 0,
                       on_fitted: Callable[[Any], None] | None = None,
-                      sources: list[str | Path] | None = None, test_subset: int | None = None) -> dict[str, Any]:
+                      sources: list[str | Path] | None = None, test_subset: int | None = None,
+                      device: str = "cpu") -> dict[str, Any]:
     """Accuracy on the real test split of each classifier kind, mean/std over the training sets.
     ``on_fitted`` receives each fitted model (``classifiers.train_and_score``); ``sources`` (the file of
     each training set) are named in a data error about that set. ``test_subset``: score on that many
-    test images (drawn once with ``seed``, the same for every kind and set; each run records n_test)."""
+    test images (drawn once with ``seed``, the same for every kind and set; each run records n_test).
+    ``device``: where the MLP and CNN train and predict (logistic regression is scikit-learn's, on the CPU);
+    each run records it."""
     out: dict[str, Any] = {}
     x_test, y_test = _subset(real.x_test, real.y_test, test_subset, seed)
     for kind in kinds:
@@ -67,7 +70,7 @@ def classifier_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dat
                 with _naming(sources[k] if sources else None):
                     runs.append(train_and_score(kind, xs, ys, x_test, y_test, num_classes=real.num_classes,
                                                 seed=seed + k, max_epochs=max_epochs, on_batch=bar.update,
-                                                on_fitted=on_fitted))
+                                                on_fitted=on_fitted, device=device))
                 bar.set(accuracy=runs[-1]["accuracy"], epochs=runs[-1]["epochs_run"])
         out[kind] = {**mean_std([r["accuracy"] for r in runs]), "runs": runs}
     return out
@@ -222,7 +225,7 @@ def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str
 def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights: str | None,
                allow_download: bool, timeout: float, cache_dir: str | Path | None = None,
                n_reference: int | None = None, seed: int = 0, train_fid: tuple[int, int | None] | None = None,
-               real_row: bool = False) -> dict[str, Any]:
+               real_row: bool = False, device: str = "cpu") -> dict[str, Any]:
     """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
     Beside it, from the same features and reference, KID and FID-infinity (``small_n_scores``),
     which do not read high merely because N is small.
@@ -236,13 +239,14 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
     the larger of the two counts). ``real_row``: the sets are real training images (the Real data
     row), whose statistics are cached like a reference -- so the GS-WGAN rows' training reference,
     the same images at the quick scale, is computed once per dataset -- and the training-split FID
-    compares the real TEST images with them."""
+    compares the real TEST images with them. ``device``: where Inception runs (the features, and so every
+    statistic, come back to the CPU; the record names the device)."""
     from dpsynth.evaluate.fid import InceptionFeatures, compute_fid, resolve_weights
 
     path, reason = resolve_weights(weights, allow_download=allow_download, download_timeout_s=timeout)
     if path is None:
         return {"available": False, "fid": None, "reason": reason, "reference_split": "test"}
-    extractor = InceptionFeatures(path)
+    extractor = InceptionFeatures(path, device=device)
     # the reference side: the first n_reference real test images (None: as many as n_samples)
     ref = real.x_test[:n_samples if n_reference is None else n_reference]
     n_feat = n_samples if train_fid is None or real_row else max(n_samples, train_fid[0])
@@ -275,14 +279,15 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
     return {"available": True, **mean_std([r["fid"] for r in records]), "reference_split": "test",
             "n_synthetic": int(min(n_samples, len(sets[0]))), "n_reference": int(len(ref)),
             "extractor": extractor.extractor, "feature_extractor": extractor.extractor_name,
-            "weights_path": str(path), "weights_sha256": extractor.weights_sha256,
+            "weights_path": str(path), "weights_sha256": extractor.weights_sha256, "device": device,
             **small_n, "kid_fid_inf_seconds": round(time.perf_counter() - t0, 2),
             **({} if train_ref is None else {"train_split": train_split})}
 
 
 def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_download: bool,
                   timeout: float, cache_dir: str | Path | None = None, n_reference: int | None = None,
-                  seed: int = 0, train_fid: tuple[int, int | None] | None = None) -> dict[str, Any]:
+                  seed: int = 0, train_fid: tuple[int, int | None] | None = None,
+                  device: str = "cpu") -> dict[str, Any]:
     """The "Real data" row's FID, KID and FID-infinity: the real training split vs the real test
     split, the floor any generator's (same reference, same counts) is read against -- and where a
     reader sees how far FID-infinity at these counts still is from the papers' FID at 60,000.
@@ -291,7 +296,7 @@ def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_d
         return {"available": False, "fid": None, "reason": "not an image dataset"}
     return {**fid_scores([real.x_train], real, n_samples=n_samples, weights=weights,
                          allow_download=allow_download, timeout=timeout, cache_dir=cache_dir, n_reference=n_reference,
-                         seed=seed, train_fid=train_fid, real_row=True),
+                         seed=seed, train_fid=train_fid, real_row=True, device=device),
             "compared_split": "train"}
 
 
@@ -321,10 +326,12 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
                        train_subset: int | None, fid_samples: int, fid_weights: str | None,
                        fid_download: bool, fid_timeout: float, conditional: bool = True,
                        fid_cache: str | Path | None = None, fid_reference: int | None = None,
-                       gswgan: GsWganSettings | None = None, test_subset: int | None = None) -> dict[str, Any]:
+                       gswgan: GsWganSettings | None = None, test_subset: int | None = None,
+                       device: str = "cpu") -> dict[str, Any]:
     """Classifier accuracies for conditional generators; W2 to the clean data for unconditional ones
     (the local-privacy method); FID whenever the records are images. With ``gswgan``, also GS-WGAN's
-    Table 1 protocol (``gswgan_protocol``) for a conditional image generator, as ``protocols``."""
+    Table 1 protocol (``gswgan_protocol``) for a conditional image generator, as ``protocols``.
+    ``device`` runs the MLP/CNN classifiers and Inception (the IS network: ``gswgan``'s own device)."""
     t0 = time.perf_counter()
     loaded = [load_synthetic(p, expect_shape=real.record_shape, num_classes=real.num_classes) for p in paths]
     reports = [rep for _, _, rep in loaded]
@@ -340,14 +347,15 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
     t1 = time.perf_counter()
     if conditional:
         clf, w2 = classifier_scores(sets, real, kinds=kinds, max_epochs=max_epochs, train_subset=train_subset,
-                                    sources=list(paths), test_subset=test_subset), None
+                                    sources=list(paths), test_subset=test_subset, device=device), None
     else:
         clf, w2 = {}, w2_scores([x for x, _ in sets], real, sources=list(paths))
     t2 = time.perf_counter()
     protocol = gswgan is not None and conditional and real.is_image
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,
                      allow_download=fid_download, timeout=fid_timeout, cache_dir=fid_cache,
-                     n_reference=fid_reference, train_fid=gswgan.train_fid if protocol and gswgan else None) \
+                     n_reference=fid_reference, train_fid=gswgan.train_fid if protocol and gswgan else None,
+                     device=device) \
         if real.is_image else {"available": False, "fid": None, "reason": "not an image dataset"}
     t3 = time.perf_counter()
     out: dict[str, Any] = {

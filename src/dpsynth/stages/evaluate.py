@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsynth.stages.common import DEFAULT_PARAMS, prepare_cpu, get_experiment
+from dpsynth.stages.common import DEFAULT_PARAMS, get_experiment, prepare_cpu, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -15,17 +15,20 @@ if TYPE_CHECKING:
 
 def run_evaluate(params: Params, experiment: str | None = None, *, real: str | None = None,
                  source: str = DEFAULT_PARAMS, models: str = "models", synthetic: str = "data/synthetic",
-                 results: str = "results", private_out: str = "private") -> int:
+                 results: str = "results", private_out: str = "private", device: str = "auto") -> int:
     """Evaluate ``experiment`` (its sets under ``synthetic``, its train summary under ``models``) or,
     with ``real``, that dataset's real-data row; write RESULTS/runs/{experiment}/metrics.json or
     RESULTS/real/{dataset}/metrics.json and print the scores. ``private_out`` holds the cached FID
     statistics of the real test split; ``source`` names the parameters file in the error for an
-    unknown experiment."""
+    unknown experiment. ``device`` (``--device``, as train's: auto is a GPU when there is one) runs the
+    MLP/CNN classifiers, Inception (FID, KID, FID-infinity) and GS-WGAN's IS network; logistic
+    regression and GS-WGAN's scikit-learn zoo stay on the CPU, where they are fastest."""
     from dpsynth.locations import check_apart
 
     check_apart(("--private-out", private_out), ("--results", results))  # metrics are released
     # a misspelt experiment fails here, before torch and the metrics are imported
     exp = None if real else get_experiment(params, experiment, source)
+    dev = str(resolve_device(device))  # a device this machine lacks fails here, in one line
 
     from dpsynth.data import load_processed
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
@@ -41,15 +44,17 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     if real:
         data = load_processed(processed / f"{real}.npz")
         train_sets = [(data.x_train, data.y_train)]
-        gswgan = _gswgan_settings(params, data, private_out) if GS_WGAN in protocols and data.is_image else None
+        gswgan = _gswgan_settings(params, data, private_out, dev) if GS_WGAN in protocols and data.is_image else None
         # the real row's CNN is the very fit GS-WGAN's classifier IS uses: kept rather than trained twice
         keep = (lambda f: gswgan.is_cache.store(f) if f.kind == "cnn" else None) if gswgan else None
         classifiers = classifier_scores(train_sets, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                         train_subset=preset.classifier_train_subset, on_fitted=keep,
-                                        sources=[processed / f"{real}.npz"], test_subset=preset.classifier_test_subset)
+                                        sources=[processed / f"{real}.npz"], test_subset=preset.classifier_test_subset,
+                                        device=dev)
         fid = real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights, allow_download=ev.fid_download,
                             timeout=ev.fid_download_timeout, cache_dir=fid_cache,
-                            n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None)
+                            n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None,
+                            device=dev)
         extra = None
         if gswgan is not None:
             from dpsynth.evaluate.gswgan_protocol import gswgan_scores
@@ -73,8 +78,8 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                     fid_timeout=ev.fid_download_timeout,
                                     conditional=exp.spec.conditional, fid_cache=fid_cache,
                                     fid_reference=fid_reference(preset, data),
-                                    gswgan=_gswgan_settings(params, data, private_out) if GS_WGAN in protocols
-                                    else None)
+                                    gswgan=_gswgan_settings(params, data, private_out, dev) if GS_WGAN in protocols
+                                    else None, device=dev)
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
@@ -104,7 +109,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     return 0
 
 
-def _gswgan_settings(params: Params, data: Any, private_out: str) -> Any:
+def _gswgan_settings(params: Params, data: Any, private_out: str, device: str) -> Any:
     """GS-WGAN's protocol at this scale (``GsWganSettings``): its sizes, and the IS network's cache
     under the private root beside the FID reference statistics (both are computed from the real data)."""
     from dpsynth.evaluate.gswgan_protocol import GsWganSettings
@@ -114,7 +119,7 @@ def _gswgan_settings(params: Params, data: Any, private_out: str) -> Any:
     return GsWganSettings.from_preset(preset.gs_wgan_eval, data, cache_dir=is_classifier_dir(private_out),
                                       classifier_max_epochs=preset.classifier_max_epochs,
                                       classifier_train_subset=preset.classifier_train_subset, threads=params.threads,
-                                      classifier_test_subset=preset.classifier_test_subset)
+                                      classifier_test_subset=preset.classifier_test_subset, device=device)
 
 
 def fid_reference(preset: Any, real: Any) -> int:

@@ -63,6 +63,15 @@ def test_privacy_sampling_choices_match_the_accountant() -> None:
     assert SAMPLINGS == ACCOUNTANT
 
 
+def test_privacy_method_choices_are_the_registrys_calculators() -> None:
+    """`dpsynth privacy --method` offers exactly the mechanisms that answer its questions (spelt out, so
+    that --help does not import the privacy package); a mechanism added with a calculator shows here."""
+    from dpsynth.cli.privacy import METHODS
+    from dpsynth.privacy.mechanisms import calculators
+
+    assert METHODS == tuple(calculators())
+
+
 # --------------------------------------------------------------------------- experiments list
 
 

@@ -13,9 +13,11 @@ from typing import Any
 
 from dpsynth.errors import PrivacyError
 
-#: ``dpsynth.privacy.accounting.SAMPLINGS``, spelt out so that building the parser does not
-#: import dp_accounting (a second or more); tests/test_cli_startup.py checks that the two agree.
+#: ``dpsynth.privacy.accounting.SAMPLINGS`` and the names of ``dpsynth.privacy.mechanisms.calculators()``,
+#: spelt out so that building the parser imports neither dp_accounting (a second or more) nor the
+#: privacy package; tests/test_cli_startup.py checks that they agree.
 SAMPLINGS: tuple[str, ...] = ("poisson", "without_replacement")
+METHODS: tuple[str, ...] = ("dp_sgd", "gs_wgan")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     }
     for name, (help_, needs) in specs.items():
         sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--method", choices=("dp_sgd", "gs_wgan"), default="dp_sgd",
+        sp.add_argument("--method", choices=METHODS, default="dp_sgd",
                         help="dp_sgd: one subsampled Gaussian per step (DP-Sinkhorn); gs_wgan: see docs/deviations.md row 8")
         if "sigma" in needs:
             sp.add_argument("--sigma", type=float, required=True, help="noise multiplier")
@@ -48,65 +50,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sp.set_defaults(func=handle)
 
 
-def _conversions(pld: bool) -> tuple[str, ...]:
-    return ("classic", "modern", "pld") if pld else ("classic", "modern")
+def _answer(args: argparse.Namespace) -> dict[str, Any]:
+    """The mechanism behind ``--method`` answers (``privacy.mechanisms.calculators``): one path per
+    mechanism for every question, the same accounting calls its runs plan with."""
+    from dpsynth.privacy.mechanisms import TradeOffQuery, calculators
 
-
-def _dp_sgd(args: argparse.Namespace) -> dict[str, Any]:
-    from dpsynth.privacy import accounting as acc
-
-    if args.dataset_size is None:
-        raise PrivacyError("--dataset-size is required for --method dp_sgd")
-    if args.dataset_size < 1 or not 1 <= args.batch_size <= args.dataset_size:
-        raise PrivacyError(f"need 1 <= --batch-size ({args.batch_size}) <= --dataset-size ({args.dataset_size})")
-    q = args.batch_size / args.dataset_size
-    rows: dict[str, Any] = {}
-    cmd = args.privacy_command
-    for conv in _conversions(args.pld):
-        key = "pld" if conv == "pld" else f"rdp_{conv}"
-        if cmd == "steps":
-            rows[key] = acc.max_steps(args.sigma, q, args.delta, args.epsilon, conversion=conv, sampling=args.sampling)
-        elif cmd == "sigma":
-            rows[key] = acc.calibrate_sigma(q, args.steps, args.delta, args.epsilon, conversion=conv, sampling=args.sampling)
-    if cmd == "epsilon":
-        eps = acc.epsilon(args.sigma, q, args.steps, args.delta, sampling=args.sampling, pld=args.pld)
-        rows = {k: v for k, v in eps.items() if not k.endswith("_order")}
-    return {"method": "dp_sgd", "sampling": args.sampling, "q": q, "results": rows}
-
-
-def _gs_wgan(args: argparse.Namespace) -> dict[str, Any]:
-    from dpsynth.privacy import accounting as acc
-    from dpsynth.privacy import gswgan_accounting as gs
-
-    if args.shards is None:
-        raise PrivacyError("--shards is required for --method gs_wgan")
-    if args.shards < 1 or args.batch_size < 1:
-        raise PrivacyError(f"--shards and --batch-size must be >= 1, got {args.shards}, {args.batch_size}")
-    b, q, cmd = args.batch_size, 1.0 / args.shards, args.privacy_command
-    rows: dict[str, Any] = {}
-    if cmd == "epsilon":
-        eps = gs.gswgan_epsilon(args.sigma, args.shards, b, args.steps, args.delta, pld=args.pld)
-        for way, d in eps.items():
-            for k, v in d.items():
-                if not k.endswith("_order"):
-                    rows[f"{way}.{k}"] = v
-    for conv in _conversions(args.pld) if cmd != "epsilon" else ():
-        key = "pld" if conv == "pld" else f"rdp_{conv}"
-        if cmd == "steps":
-            rows[f"as_published.{key}"] = acc.max_steps(
-                args.sigma, q, args.delta, args.epsilon, conversion=conv, sampling="without_replacement") // b
-            rows[f"sound.{key}"] = gs.gswgan_sound_max_steps(args.sigma, args.shards, b, args.delta, args.epsilon,
-                                                              conversion=conv)
-        else:
-            rows[f"as_published.{key}"] = acc.calibrate_sigma(
-                q, args.steps * b, args.delta, args.epsilon, conversion=conv, sampling="without_replacement")
-            rows[f"sound.{key}"] = gs.gswgan_sound_sigma(args.shards, b, args.steps, args.delta, args.epsilon,
-                                                          conversion=conv)
-    return {"method": "gs_wgan", "shards": args.shards, "q": q, "results": rows}
+    mech = calculators()[args.method]
+    for need in mech.calculator_needs:
+        if getattr(args, need) is None:
+            raise PrivacyError(f"--{need.replace('_', '-')} is required for --method {args.method}")
+    ask = TradeOffQuery(query=args.privacy_command, delta=args.delta, batch_size=args.batch_size,
+                        sigma=getattr(args, "sigma", None), epsilon=getattr(args, "epsilon", None),
+                        steps=getattr(args, "steps", None), dataset_size=args.dataset_size, shards=args.shards,
+                        sampling=args.sampling, pld=args.pld)
+    return {"method": args.method, **mech.trade_off(ask), "note": mech.calculator_note}
 
 
 def handle(args: argparse.Namespace) -> int:
-    out = _gs_wgan(args) if args.method == "gs_wgan" else _dp_sgd(args)
+    out = _answer(args)
+    note = out.pop("note")
     inputs = {k: getattr(args, k, None) for k in ("sigma", "epsilon", "steps", "delta", "batch_size", "dataset_size")}
     out = {"query": args.privacy_command, **out, "inputs": {k: v for k, v in inputs.items() if v is not None}}
     if args.json:
@@ -120,7 +82,6 @@ def handle(args: argparse.Namespace) -> int:
     for k, v in out["results"].items():
         val = f"{v:,}" if isinstance(v, int) else f"{v:.4f}"
         print(f"{k:<{max(width, 25)}}{val}")
-    if args.method == "gs_wgan":
-        print("as_published: steps*B per-sample releases, sampled w/o replacement (the paper's code); "
-              "sound: one release of multiplier sigma/sqrt(B) per step (docs/deviations.md row 8) - the real guarantee")
+    if note:
+        print(note)
     return 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.privacy.mechanism_base import (
@@ -47,8 +48,42 @@ def _lists_pld(report: dict[str, Any]) -> bool:
     return any(k.endswith("pld") for k in report.get("epsilon") or {})
 
 
+@dataclass(frozen=True)
+class TradeOffQuery:
+    """One question of ``dpsynth privacy``: ``query`` is steps (the most within sigma and epsilon),
+    epsilon (after sigma and steps) or sigma (the least that meets epsilon in steps); the others as given
+    (None: not asked for). ``pld`` adds the PLD accountant beside RDP's two conversions."""
+
+    query: str
+    delta: float
+    batch_size: int
+    sigma: float | None = None
+    epsilon: float | None = None
+    steps: int | None = None
+    dataset_size: int | None = None
+    shards: int | None = None
+    sampling: str = "poisson"
+    pld: bool = False
+
+    def conversions(self) -> tuple[tuple[str, str], ...]:
+        """(conversion, row key) of each RDP-to-DP conversion asked for."""
+        rows = (("classic", "rdp_classic"), ("modern", "rdp_modern"))
+        return (*rows, ("pld", "pld")) if self.pld else rows
+
+
 class CentralMechanism(Mechanism):
     """A mechanism accounted over the dataset by RDP: planned from the run's target, guarded per step."""
+
+    #: The name ``dpsynth privacy --method`` offers it under (None: not offered), the inputs it needs
+    #: beyond delta and batch size, and what its table's reader must know (printed under it).
+    calculator: ClassVar[str | None] = None
+    calculator_needs: ClassVar[tuple[str, ...]] = ()
+    calculator_note: ClassVar[str | None] = None
+
+    def trade_off(self, ask: TradeOffQuery) -> dict[str, Any]:
+        """``{"q": ..., "results": {row: value}, ...}``: ``ask.query`` under every accountant and
+        convention (``dpsynth privacy``), computed by the same accounting calls the runs plan with."""
+        raise NotImplementedError
 
     def _plan(self, plan: Plan, who: str, batch_size: int, default_steps: DefaultSteps, steps_within: StepsAllowed,
               sigma_for: Callable[[int, float, float], float], guard: Callable[[float, float, float], BudgetGuard],
@@ -86,6 +121,25 @@ class SubsampledGaussian(CentralMechanism):
 
     name = "subsampled_gaussian"
     relation = ADD_REMOVE
+    calculator = "dp_sgd"
+    calculator_needs = ("dataset_size",)
+
+    def trade_off(self, ask: TradeOffQuery) -> dict[str, Any]:
+        from dpsynth.privacy import accounting as acc
+
+        n, b = ask.dataset_size, ask.batch_size
+        if n is None or n < 1 or not 1 <= b <= n:
+            raise PrivacyError(f"need 1 <= --batch-size ({b}) <= --dataset-size ({n})")
+        q, rows = b / n, {}
+        if ask.query == "epsilon":
+            eps = acc.epsilon(ask.sigma, q, ask.steps, ask.delta, sampling=ask.sampling, pld=ask.pld)
+            rows = {k: v for k, v in eps.items() if not k.endswith("_order")}
+        for conv, key in ask.conversions() if ask.query != "epsilon" else ():
+            rows[key] = (acc.max_steps(ask.sigma, q, ask.delta, ask.epsilon, conversion=conv, sampling=ask.sampling)
+                         if ask.query == "steps" else
+                         acc.calibrate_sigma(q, ask.steps, ask.delta, ask.epsilon, conversion=conv,
+                                             sampling=ask.sampling))
+        return {"sampling": ask.sampling, "q": q, "results": rows}
 
     def schedule(self, plan: Plan, *, who: str, batch_size: int, rate: Callable[[int], float], sampling: str,
                  default_steps: DefaultSteps) -> Schedule:
@@ -135,6 +189,37 @@ class GSWGANGaussian(CentralMechanism):
 
     name = "gs_wgan"
     relation = ADD_REMOVE
+    calculator = "gs_wgan"
+    calculator_needs = ("shards",)
+    calculator_note = ("as_published: steps*B per-sample releases, sampled w/o replacement (the paper's code); "
+                       "sound: one release of multiplier sigma/sqrt(B) per step (docs/deviations.md row 8) - "
+                       "the real guarantee")
+
+    def trade_off(self, ask: TradeOffQuery) -> dict[str, Any]:
+        """The sound account beside the as-published one (``steps * B`` per-sample releases of one
+        shard, sampled without replacement at q = 1 / shards), so the two are never mixed up."""
+        from dpsynth.privacy import accounting as acc
+        from dpsynth.privacy import gswgan_accounting as gs
+
+        shards, b = ask.shards, ask.batch_size
+        if shards is None or shards < 1 or b < 1:
+            raise PrivacyError(f"--shards and --batch-size must be >= 1, got {shards}, {b}")
+        q, rows = 1.0 / shards, {}
+        if ask.query == "epsilon":
+            for way, d in gs.gswgan_epsilon(ask.sigma, shards, b, ask.steps, ask.delta, pld=ask.pld).items():
+                rows.update({f"{way}.{k}": v for k, v in d.items() if not k.endswith("_order")})
+        for conv, key in ask.conversions() if ask.query != "epsilon" else ():
+            if ask.query == "steps":
+                rows[f"as_published.{key}"] = acc.max_steps(ask.sigma, q, ask.delta, ask.epsilon, conversion=conv,
+                                                            sampling="without_replacement") // b
+                rows[f"sound.{key}"] = gs.gswgan_sound_max_steps(ask.sigma, shards, b, ask.delta, ask.epsilon,
+                                                                 conversion=conv)
+            else:
+                rows[f"as_published.{key}"] = acc.calibrate_sigma(q, ask.steps * b, ask.delta, ask.epsilon,
+                                                                  conversion=conv, sampling="without_replacement")
+                rows[f"sound.{key}"] = gs.gswgan_sound_sigma(shards, b, ask.steps, ask.delta, ask.epsilon,
+                                                             conversion=conv)
+        return {"shards": shards, "q": q, "results": rows}
 
     def schedule(self, plan: Plan, *, who: str, batch_size: int, shards: int, default_steps: DefaultSteps) -> Schedule:
         from dpsynth.privacy import gswgan_accounting as gs

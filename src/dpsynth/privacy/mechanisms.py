@@ -14,7 +14,7 @@ planning four times) and compared as name strings across the code. Each mechanis
 
 The methods plan with ``get(name, Kind).schedule(plan, ...)``; ``privacy.verify`` (and through it the
 ledger) finds a report's mechanism with ``for_report``; the config, the privatize stage and the entropic
-WGAN's loss use ``local(config name)``.
+WGAN's loss use ``local(config name)``; ``dpsynth privacy`` answers its questions with ``calculators()``.
 
 Adding a mechanism touches one file plus its tests (tests/test_privacy_mechanisms.py): a ``@register``
 subclass in ``central_mechanisms.py`` or ``local_mechanisms.py`` (base classes and the registry itself:
@@ -27,7 +27,13 @@ from __future__ import annotations
 from typing import Any, TypeVar, overload
 
 from dpsynth.errors import PrivacyError, did_you_mean
-from dpsynth.privacy.central_mechanisms import CentralMechanism, GaussianRelease, GSWGANGaussian, SubsampledGaussian
+from dpsynth.privacy.central_mechanisms import (
+    CentralMechanism,
+    GaussianRelease,
+    GSWGANGaussian,
+    SubsampledGaussian,
+    TradeOffQuery,
+)
 from dpsynth.privacy.local_mechanisms import LocalGaussian, LocalLaplace, LocalNoise
 from dpsynth.privacy.mechanism_base import (
     _REGISTRY,
@@ -46,7 +52,8 @@ from dpsynth.privacy.mechanism_base import (
 __all__ = [
     "ADD_REMOVE", "LOCAL", "NON_PRIVATE", "NO_GUARANTEE", "REPLACE_ONE", "CentralMechanism", "GSWGANGaussian",
     "GaussianRelease", "LocalGaussian", "LocalLaplace", "LocalNoise", "Mechanism", "Plan", "Schedule",
-    "SubsampledGaussian", "for_report", "get", "local", "names", "register", "report_number",
+    "SubsampledGaussian", "TradeOffQuery", "calculators", "for_report", "get", "local", "names", "register",
+    "report_number",
 ]
 
 M = TypeVar("M", bound=Mechanism)
@@ -92,3 +99,8 @@ def local(config_name: str) -> LocalNoise:
         raise PrivacyError(f"unknown local mechanism {config_name!r} (known: {', '.join(known)})"
                            f"{did_you_mean(config_name, known)}")
     return known[config_name]
+
+
+def calculators() -> dict[str, CentralMechanism]:
+    """The mechanisms ``dpsynth privacy --method NAME`` offers, by that name (``CentralMechanism.calculator``)."""
+    return {m.calculator: m for m in _REGISTRY.values() if isinstance(m, CentralMechanism) and m.calculator}

@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.errors import ConfigError
+from dpsynth.evaluate.record import GS_WGAN
 from dpsynth.report.published import paper_table, resolve_paper_row
 from dpsynth.report.runs import (
     METRICS,
@@ -41,7 +42,7 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     rows += [_Row(e, e) for e in _members(params, table) if e not in listed]
     if not rows:
         raise ConfigError(f"{where}: a methods table needs rows, experiments or sweeps")
-    gswgan = table.protocol == "gs_wgan"
+    gswgan = table.protocol == GS_WGAN  # the evaluation protocol of GS-WGAN's Table 1 (not a mechanism)
     # GS-WGAN's Calibrated Acc divides by the table's real-data row (or the dataset's, if it lists none)
     real_name = next((r.real for r in rows if r.real is not None), dataset)
     real_run = store.real(real_name) if gswgan and real_name else None

@@ -25,11 +25,18 @@ def test_bench_writes_every_number_it_prints(tmp_path, capsys):
     out = tmp_path / "bench.json"
     threads = torch.get_num_threads()
     rc = main(["bench", "dp-sinkhorn", "--steps", "1", "--trials", "1", "--warmup", "0", "--records", "400",
-               "--threads", "1", "--sweep", "2", "--json", str(out)])
+               "--threads", "1", "--sweep", "2", "--levers", "cudnn_benchmark,fused_adam", "--json", str(out)])
     assert rc == 0
     assert torch.get_num_threads() == threads  # --threads does not leak into the caller's process
     res = json.loads(out.read_text())
-    assert set(res["steps"]) == {"reference", "fast", "generator_floor"}
+    # the GPU levers, added one at a time (bf16 is left out here: ~10 s a step under the CPU's autocast)
+    tuned = ["fast+cudnn_benchmark", "fast+cudnn_benchmark+fused_adam"]
+    assert set(res["steps"]) == {"reference", "fast", "generator_floor", *tuned,
+                                 "generator_floor+cudnn_benchmark+fused_adam"}
+    assert res["levers"]["order"] == ["cudnn_benchmark", "fused_adam"]
+    assert res["levers"]["over_fast"] == {k: pytest.approx(res["steps"][k]["steps_per_s"] /
+                                                            res["steps"]["fast"]["steps_per_s"]) for k in tuned}
+    assert set(res["paths"].values()) == {"eager"}  # a CUDA graph only on CUDA, floor included
     assert all(v["steps_per_s"] > 0 for v in res["steps"].values())
     assert res["ratio_fast_over_reference"] == pytest.approx(
         res["steps"]["fast"]["steps_per_s"] / res["steps"]["reference"]["steps_per_s"])
@@ -42,10 +49,13 @@ def test_bench_writes_every_number_it_prints(tmp_path, capsys):
     assert sw["ratio_batched_over_sequential"] > 0
     printed = capsys.readouterr().out
     assert "fast/reference" in printed and "floor:" in printed and "sweep of 2" in printed
+    assert "levers (cumulative): fast+cudnn_benchmark " in printed
 
 
 def test_bench_refuses_bad_arguments(capsys):
     assert main(["bench", "dp-sinkhorn", "--steps", "0"]) == 2
     assert "--steps and --trials must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "dp-sinkhorn", "--levers", "cudnn_benchmark,turbo"]) == 2
+    assert "unknown GPU lever(s) 'turbo'; known: cudnn_benchmark" in capsys.readouterr().err
     assert main(["bench", "dp-sinkhorn", "--device", "cuda"] if not torch.cuda.is_available()
                 else ["bench", "dp-sinkhorn", "--threads", "0"]) == 2

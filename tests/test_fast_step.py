@@ -265,3 +265,84 @@ def test_cuda_graph_step_equals_eager_step_on_gpu():
         step.check()
     for a, b in zip(*runs):
         assert a == pytest.approx(b, rel=1e-4)
+
+
+# --------------------------------------------------------------------------- GPU speed levers (tuning.py)
+
+
+def _tuned_run(tuning, steps: int = 3):
+    """Three zero-noise steps (sigma 0: the clip alone, so two runs are comparable) recording what the
+    image sanitizer receives and what it releases into the generator's backward."""
+    x_all, y_all = _data(400, torch.float32)
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
+                    clip=0.5, sigma=0.0, q=10 / 400)
+    torch.manual_seed(0)
+    G = build_generator("dcgan", **DCGAN)
+    opt = torch.optim.Adam(G.parameters(), lr=1e-5)
+    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"), 1)}
+    step = FastStep(G, opt, x_all, y_all, spec, gens, tuning=tuning)
+    released, received = [], []
+    release = step.sanitizer.release_batch
+
+    def recording(grad: torch.Tensor) -> torch.Tensor:
+        received.append(grad.dtype)
+        out = release(grad)
+        released.append(out.detach().clone())
+        return out
+
+    step.sanitizer.release_batch = recording
+    losses = [float(step()[0]) for _ in range(steps)]
+    return losses, received, released
+
+
+def test_bf16_generator_keeps_the_sanitizer_in_float32_and_moves_loss_and_gradient_little():
+    """The bf16 lever runs the generator under bfloat16 autocast (here the CPU's; a GPU's is the same
+    rounding) and must hand the sanitizer a float32 image gradient, which it clips (and would noise) in
+    float32. Against the float32 step over 3 steps, same seeds: the loss within 2e-3 relative and the
+    sanitized gradient within 5e-2 relative L2. Why those bounds: bfloat16 keeps 8 mantissa bits (unit
+    roundoff 2^-8 = 3.9e-3 per value); the loss averages over the batch (observed <= 1.2e-4), the
+    gradient goes back through four bf16 layers (observed <= 1.5e-2): about 3x margin on the observed."""
+    from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
+
+    ref_losses, ref_dtypes, ref_grads = _tuned_run(None)
+    losses, dtypes, grads = _tuned_run(StepTuning.of(["bf16"]))
+    assert ref_dtypes == dtypes == [torch.float32] * 3  # the privacy boundary stays float32
+    assert all(g.dtype == torch.float32 for g in grads)
+    for a, b in zip(ref_losses, losses):
+        assert b == pytest.approx(a, rel=2e-3)
+    for a, b in zip(ref_grads, grads):
+        assert float((a - b).norm() / a.norm()) < 5e-2
+        assert float(b.norm()) <= 0.5 * 2**0.5 * (1 + 1e-5)  # n and n' images each clipped to C = 0.5
+    assert ref_grads[0].ne(grads[0]).any()  # the lever did run: bfloat16 rounding is visible
+
+
+def test_levers_are_off_on_the_cpu_and_unknown_ones_refused():
+    from dpsynth.methods.dp_sinkhorn.tuning import LEVERS, StepTuning
+
+    assert StepTuning.for_run(LEVERS, torch.device("cpu")) == StepTuning()
+    assert StepTuning.of(LEVERS).levers == LEVERS
+    with pytest.raises(ConfigError, match="unknown GPU lever"):
+        StepTuning.of(["turbo"])
+    before = torch.backends.cudnn.benchmark
+    with StepTuning.of(["cudnn_benchmark"]).kernels():
+        assert torch.backends.cudnn.benchmark is True
+    assert torch.backends.cudnn.benchmark is before
+
+
+def test_fused_adam_is_the_same_update():
+    """The fused_adam lever builds torch's one-kernel Adam: the same update as Adam (float32, 1e-6)."""
+    from dpsynth.methods.optim import make_optimizer
+
+    outs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(64))
+        opt = make_optimizer([w], "adam", lr=1e-2, weight_decay=2e-5, fused=fused)
+        for _ in range(3):
+            opt.zero_grad()
+            (w.sin() ** 2).sum().backward()
+            opt.step()
+        outs.append(w.detach().clone())
+    assert torch.allclose(outs[0], outs[1], rtol=1e-6, atol=1e-7)
+    with pytest.raises(ConfigError, match="fused optimizer is Adam's"):
+        make_optimizer([torch.nn.Parameter(torch.zeros(1))], "rmsprop", lr=1e-3, fused=True)

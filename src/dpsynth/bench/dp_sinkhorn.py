@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,7 @@ def _settings() -> dict[str, Any]:
     return s
 
 
-def _setup(dev: torch.device, seed: int, capturable: bool = False
+def _setup(dev: torch.device, seed: int, capturable: bool = False, fused: bool = False
            ) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
     import torch
 
@@ -67,7 +67,8 @@ def _setup(dev: torch.device, seed: int, capturable: bool = False
 
     s = MNIST
     G = build_seeded_generator(DCGAN_MNIST, seed, dev)
-    opt = make_optimizer(G.parameters(), "adam", lr=s["lr"], weight_decay=s["weight_decay"], capturable=capturable)
+    opt = make_optimizer(G.parameters(), "adam", lr=s["lr"], weight_decay=s["weight_decay"], capturable=capturable,
+                         fused=fused)
     gens = {"model": latent_generator(seed, dev),
             **{k: torch.Generator(device=dev).manual_seed(seed * 1000 + i) for i, k in ((2, "data"), (3, "noise"))}}
     gens["noise_cpu"] = torch.Generator().manual_seed(seed * 1000 + 4)
@@ -89,7 +90,7 @@ def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warmup: int = 2,
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
-                      sweep_mode: str = "auto") -> dict[str, Any]:
+                      sweep_mode: str = "auto", levers: Sequence[str] = ()) -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
     import torch
 
@@ -99,20 +100,24 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
         raise DpsynthError("bench: --device cuda but no CUDA device is available")
     if threads is not None and threads < 1:
         raise ConfigError(f"bench: --threads must be >= 1, got {threads}")
+    from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
+
+    StepTuning.of(levers)  # an unknown lever fails here, before any timing
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _bench(device, steps, trials, warmup, sweep, records, sweep_mode)
+        return _bench(device, steps, trials, warmup, sweep, records, sweep_mode, tuple(levers))
     finally:  # a caller in the same process (tests) keeps its own thread count
         torch.set_num_threads(before)
 
 
 def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int,
-           sweep_mode: str) -> dict[str, Any]:
+           sweep_mode: str, levers: tuple[str, ...] = ()) -> dict[str, Any]:
     import torch
 
     from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec
+    from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 
     dev = torch.device(device)
     s = _settings()
@@ -127,10 +132,26 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     ref = ReferenceStep(G_r, opt_r, x_all, y_all, s, gens_r)
     G_f, opt_f, gens_f = _setup(dev, 0, capturable=dev.type == "cuda")
     fast = FastStep(G_f, opt_f, x_all, y_all, spec, gens_f)
-    G_0, opt_0, gens_0 = _setup(dev, 0)
-    floor = GeneratorFloor(G_0, opt_0, n + ne, gens_0["model"])
+    # the floor runs as production does: in a CUDA graph on a GPU (the fast step's path)
+    G_0, opt_0, gens_0 = _setup(dev, 0, capturable=dev.type == "cuda")
+    floor = GeneratorFloor(G_0, opt_0, n + ne, gens_0["model"], cuda_graph=fast.cuda_graph)
     contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast, "generator_floor": floor}
-    paths = {"reference": "eager", "fast": "cuda_graph" if fast.cuda_graph else "eager", "generator_floor": "eager"}
+    graph_or_eager = "cuda_graph" if fast.cuda_graph else "eager"
+    paths = {"reference": "eager", "fast": graph_or_eager, "generator_floor": graph_or_eager}
+    tuned = []
+    for i in range(len(levers)):  # the levers added one at a time, each contender on its own generator
+        tuning = StepTuning.of(levers[: i + 1])
+        name = "fast+" + "+".join(tuning.levers)
+        G_t, opt_t, gens_t = _setup(dev, 0, capturable=dev.type == "cuda", fused=tuning.fused_adam)
+        tuned.append(FastStep(G_t, opt_t, x_all, y_all, spec, gens_t, tuning=tuning))
+        contenders[name], paths[name] = tuned[-1], graph_or_eager
+    if levers:  # the floor with every lever: what the levers leave for the step's own work
+        all_levers = StepTuning.of(levers)
+        G_l, opt_l, gens_l = _setup(dev, 0, capturable=dev.type == "cuda", fused=all_levers.fused_adam)
+        name = "generator_floor+" + "+".join(all_levers.levers)
+        contenders[name] = GeneratorFloor(G_l, opt_l, n + ne, gens_l["model"], cuda_graph=fast.cuda_graph,
+                                          tuning=all_levers)
+        paths[name] = graph_or_eager
     fast_eager = None
     if dev.type == "cuda":  # the graph's share of the fast step's speed, measured beside it
         G_e, opt_e, gens_e = _setup(dev, 0)
@@ -139,9 +160,9 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         paths["fast_eager"] = "eager"
     load_before = os.getloadavg()
     res = interleaved(contenders, steps, trials, warmup, dev)
-    fast.check()
-    if fast_eager is not None:
-        fast_eager.check()
+    for checked in (fast, fast_eager, *tuned):
+        if checked is not None:
+            checked.check()
     out: dict[str, Any] = {
         "device": device, "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor()
         or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -168,6 +189,11 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     }
     if "fast_eager" in res:
         out["ratio_cuda_graph_over_eager"] = res["fast"]["steps_per_s"] / res["fast_eager"]["steps_per_s"]
+    if levers:
+        out["levers"] = {"order": list(levers), "over_fast": {
+            k: v["steps_per_s"] / res["fast"]["steps_per_s"] for k, v in res.items() if k.startswith("fast+")},
+            "note": "each fast+... contender adds one lever to the one before (methods/dp_sinkhorn/tuning.py); "
+                    "bf16 changes the numbers within the bound tests/test_fast_step.py states"}
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
     if sweep:
         out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode)
@@ -222,6 +248,9 @@ def print_summary(out: dict[str, Any]) -> None:
     print(f"floor: generator alone bounds fast/reference at {fl['bound_over_reference']:.2f}x; fast reaches "
           f"{fl['fast_share_of_floor']:.0%} of the floor; convolutions {fl['conv_gflop_per_step']:.2f} GFLOP/step at "
           f"{fl['conv_gflops_at_floor']:.0f} GFLOP/s vs matmul {fl['matmul_gflops']:.0f} GFLOP/s")
+    if "levers" in out:
+        print("levers (cumulative): " + ", ".join(f"{k} {r[k]['steps_per_s']:.1f} steps/s ({v:.2f}x)"
+                                                  for k, v in out["levers"]["over_fast"].items()))
     if "sweep" in out:
         sw = out["sweep"]
         print(f"sweep of {sw['configs']} ({sw['forward_mode']}): batched {sw['config_steps_per_s']['batched']:.3f} vs one-after-another "
@@ -229,12 +258,14 @@ def print_summary(out: dict[str, Any]) -> None:
 
 
 def bench_and_report(device: str, steps: int, trials: int, warmup: int, threads: int | None, sweep: int,
-                     records: int, sweep_mode: str = "auto", json_path: Path | None = None) -> dict[str, Any]:
+                     records: int, sweep_mode: str = "auto", json_path: Path | None = None,
+                     levers: Sequence[str] = ()) -> dict[str, Any]:
     """``dpsynth bench dp-sinkhorn``: run the benchmark, print its summary and write the results
     to ``json_path`` (when given); returns them."""
     from dpsynth.io import write_json
 
-    out = bench_dp_sinkhorn(device, steps, trials, warmup, threads, sweep, records, sweep_mode=sweep_mode)
+    out = bench_dp_sinkhorn(device, steps, trials, warmup, threads, sweep, records, sweep_mode=sweep_mode,
+                            levers=levers)
     print_summary(out)
     if json_path is not None:
         write_json(json_path, out)

@@ -62,19 +62,54 @@ def matmul_rate(dev: torch.device, size: int = 2048, reps: int = 5) -> float:
 
 class GeneratorFloor:
     """Generator forward + trivial backward + Adam on the same batch shape (see
-    :mod:`dpsynth.bench.dp_sinkhorn`)."""
+    :mod:`dpsynth.bench.dp_sinkhorn`). ``cuda_graph``: captured in one CUDA graph the way the fast
+    step runs in production (latents drawn outside into static buffers; the optimizer must be
+    capturable), so the floor and the step are measured alike. ``tuning``: the GPU levers it runs with."""
 
-    def __init__(self, G: torch.nn.Module, opt: torch.optim.Optimizer, total: int, gen: torch.Generator) -> None:
-        self.G, self.opt, self.total, self.gen = G, opt, total, gen
+    def __init__(self, G: torch.nn.Module, opt: torch.optim.Optimizer, total: int, gen: torch.Generator, *,
+                 cuda_graph: bool = False, tuning: Any = None) -> None:
+        from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 
-    def __call__(self) -> None:
+        self.G, self.opt, self.total, self.gen, self.cuda_graph = G, opt, total, gen, cuda_graph
+        self.tuning = tuning or StepTuning()
+        self._graph: Any = None
+        self._static: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def _body(self, z: torch.Tensor, labels: torch.Tensor | None) -> None:
         from dpsynth.methods.dp_sinkhorn.step import fast_forward
 
+        with self.tuning.kernels():
+            self.opt.zero_grad(set_to_none=False)
+            fast_forward(self.G, z, labels, self.tuning).square().mean().backward()
+        self.opt.step()
+
+    def _capture(self, z: torch.Tensor, labels: torch.Tensor | None) -> None:
+        import torch
+
+        self._static = (z.clone(), None if labels is None else labels.clone())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: allocator, cuDNN plans (and its search), Adam state
+            for _ in range(3):
+                self._body(*self._static)
+        torch.cuda.current_stream().wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._body(*self._static)
+
+    def __call__(self) -> None:
         z = self.G.sample_latent(self.total, self.gen)
         labels = self.G.sample_labels(self.total, self.gen)
-        self.opt.zero_grad(set_to_none=False)
-        fast_forward(self.G, z, labels).square().mean().backward()
-        self.opt.step()
+        if not self.cuda_graph:
+            self._body(z, labels)
+            return
+        if self._graph is None:
+            self._capture(z, labels)
+        assert self._static is not None
+        self._static[0].copy_(z)
+        if labels is not None and self._static[1] is not None:
+            self._static[1].copy_(labels)
+        self._graph.replay()
 
 
 def interleaved(contenders: dict[str, Callable[[], Any]], steps: int, trials: int, warmup: int,

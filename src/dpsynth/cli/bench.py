@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--sweep-mode", default="auto", choices=["auto", "vmap", "loop"],
                    help="batched sweep's generator forward (auto: vmap on CUDA, loop on CPU)")
     q.add_argument("--records", type=int, default=MNIST["records"], help="synthetic MNIST-shaped records")
+    q.add_argument("--levers", default="", metavar="L1,L2|all",
+                   help="also time the fast step with these GPU levers added one at a time (cumulative), and the "
+                        "floor with all of them: cudnn_benchmark, channels_last, fused_adam, bf16, or all")
     q.add_argument("--json", type=Path, default=None, help="write the results here")
     q.set_defaults(func=run_dp_sinkhorn)
 
@@ -34,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_dp_sinkhorn(args: argparse.Namespace) -> int:
     from dpsynth.bench.dp_sinkhorn import bench_and_report
 
+    from dpsynth.methods.dp_sinkhorn.tuning import LEVERS
+
+    levers = LEVERS if args.levers == "all" else tuple(v.strip() for v in args.levers.split(",") if v.strip())
     bench_and_report(args.device, args.steps, args.trials, args.warmup, args.threads, args.sweep, args.records,
-                     sweep_mode=args.sweep_mode, json_path=args.json)
+                     sweep_mode=args.sweep_mode, json_path=args.json, levers=levers)
     return 0

@@ -8,11 +8,16 @@ the settings all generator trainers share live on ``Hparams``.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from dpsynth.config.base import OptimizerName, Strict
+
+#: The DP-Sinkhorn step's speed levers on a GPU (``methods/dp_sinkhorn/tuning.py`` says what each does),
+#: in the order the benchmark adds them.
+GpuLever = Literal["cudnn_benchmark", "channels_last", "fused_adam", "bf16"]
+GPU_LEVERS: tuple[str, ...] = get_args(GpuLever)
 
 
 class Hparams(Strict):
@@ -66,11 +71,21 @@ class DPSinkhornHparams(_SinkhornSolver):
     feature_lr: float | None = Field(default=None, gt=0, description="feature extractors' Adam lr (None: lr)")
     model_dim: int = Field(default=64, gt=0, description="generator width d: the DCGAN generator has channels "
                            "(4d, 2d, d), the published 64")
+    gpu_levers: list[GpuLever] = Field(
+        default_factory=list, description="speed levers of the step on a GPU (methods/dp_sinkhorn/tuning.py; "
+        "`dpsynth bench dp-sinkhorn --levers` measures each): none on the CPU; bf16 runs the generator in "
+        "bfloat16 while the image gradient is still clipped and noised in float32")
 
     def private_run_problem(self) -> str | None:
         if self.sanitizer == "none":
             return "a private DP-Sinkhorn run needs a sanitizer (image or param), not 'none'"
         return None
+
+    @model_validator(mode="after")
+    def _fused_needs_adam(self) -> DPSinkhornHparams:
+        if "fused_adam" in self.gpu_levers and self.optimizer != "adam":
+            raise ValueError(f"gpu_levers: fused_adam is Adam's fused kernel; optimizer is {self.optimizer!r}")
+        return self
 
 
 class GSWGANHparams(Hparams):

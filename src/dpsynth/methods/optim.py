@@ -13,12 +13,15 @@ OPTIMIZERS = ("adam", "rmsprop", "sgd")
 
 
 def make_optimizer(params: Iterable[torch.Tensor], kind: str, *, lr: float, betas: Sequence[float] = (0.9, 0.999),
-                   weight_decay: float = 0.0, capturable: bool = False) -> torch.optim.Optimizer:
+                   weight_decay: float = 0.0, capturable: bool = False, fused: bool = False) -> torch.optim.Optimizer:
     """``kind`` in adam | rmsprop | sgd. ``capturable`` (CUDA only) keeps Adam's/RMSprop's step
-    counter on the device, which a CUDA graph needs; the update is the same (SGD has no such state)."""
+    counter on the device, which a CUDA graph needs; the update is the same (SGD has no such state).
+    ``fused`` (Adam only): torch's one-kernel Adam, the same update up to rounding order."""
+    if fused and kind != "adam":
+        raise ConfigError(f"the fused optimizer is Adam's; optimizer {kind!r} has none")
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, betas=(float(betas[0]), float(betas[1])), weight_decay=weight_decay,
-                                capturable=capturable)
+                                capturable=capturable, **({"fused": True} if fused else {}))
     if kind == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, capturable=capturable)
     if kind == "sgd":

@@ -121,10 +121,10 @@ def privacy_schedule(ctx: TrainContext, q: float, sampling: str) -> tuple[float 
     return schedule.sigma, schedule.steps
 
 
-def generator_optimizer(params: Any, h: Any, capturable: bool = False) -> torch.optim.Optimizer:
+def generator_optimizer(params: Any, h: Any, capturable: bool = False, fused: bool = False) -> torch.optim.Optimizer:
     """The generator's optimizer from the hyperparameters (``methods.optim.make_optimizer``)."""
     return make_optimizer(params, h.optimizer, lr=h.lr, betas=h.betas, weight_decay=h.weight_decay,
-                          capturable=capturable)
+                          capturable=capturable, fused=fused)
 
 
 def final_report(ctx: TrainContext, sigma: float | None, steps_done: int, q: float, sampling: str,

@@ -27,6 +27,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     validate_data,
 )
 from dpsynth.methods.dp_sinkhorn.step import AdversarialStep, FastStep, StepSpec
+from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.nets import build_seeded_generator
 from dpsynth.ot import num_extra
@@ -114,7 +115,8 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     # The fast step's CUDA graph needs a capturable optimizer (SGD has no device-side state; it
     # runs the fast step eagerly) and no host-side parameter-gradient sanitizer.
     graph = dev.type == "cuda" and parts_np is None and h.optimizer != "sgd" and not (private and h.sanitizer == "param")
-    opt = generator_optimizer(G.parameters(), h, capturable=graph)
+    tuning = StepTuning.for_run(h.gpu_levers, dev)  # the GPU speed levers (none on the CPU)
+    opt = generator_optimizer(G.parameters(), h, capturable=graph, fused=tuning.fused_adam)
     gens = {"model": latent_generator(ctx.seed, dev),  # latents, labels (not secret)
             "data": ctx.noise.torch_generator(dev, 2),  # Poisson sampling / partition choice: secret
             "noise": ctx.noise.torch_generator(dev, 3)}  # sanitizer noise: secret
@@ -128,11 +130,11 @@ def train(ctx: TrainContext) -> dict[str, Any]:
                     scaling=h.sinkhorn_scaling, m=h.m, clip=h.clip,
                     sigma=sigma if private and h.sanitizer == "image" else None, q=q)
     if parts_np is None:
-        fast = FastStep(G, opt, x_all, y_all, spec, gens, cuda_graph=graph, param_sanitizer=san_par)
+        fast = FastStep(G, opt, x_all, y_all, spec, gens, cuda_graph=graph, param_sanitizer=san_par, tuning=tuning)
     else:
         fast = AdversarialStep(G, opt, x_all, y_all, spec, gens, partitions=torch.from_numpy(parts_np).to(dev),
                                alpha_a=h.alpha_a, feature_lr=h.feature_lr or h.lr, param_sanitizer=san_par)
     G.train()
     stepper = DPSinkhornStepper(ctx, fast, gens, arch, san_par, sigma, q, scheme, graph)
     return run_training(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma,
-                        extra={"variant": stepper.variant, "cuda_graph": graph})
+                        extra={"variant": stepper.variant, "cuda_graph": graph, "gpu_levers": list(tuning.levers)})

@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import partition_batch, poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.nets.features import FeatureExtractor
@@ -55,7 +56,7 @@ from dpsynth.ot.losses import semi_debiased_loss
 from dpsynth.ot.sinkhorn import check_solver_args, entropic_ot
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
-__all__ = ["StepSpec", "FastStep", "AdversarialStep", "fast_forward", "embed_points", "step_loss"]
+__all__ = ["StepSpec", "StepTuning", "FastStep", "AdversarialStep", "fast_forward", "embed_points", "step_loss"]
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,21 @@ def _last_as_conv(x: Tensor, ct: nn.ConvTranspose2d) -> Tensor:
     return F.conv2d(x, w, ct.bias, padding=pad)
 
 
-def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None) -> Tensor:
+def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None, tuning: StepTuning | None = None) -> Tensor:
     """``G(z, labels)`` computed faster where we know how; the same function of G's parameters.
 
-    For :class:`DCGANGenerator`: channels_last activations, and a stride-1 last transposed
-    convolution run as a plain convolution. Other generators use their own forward.
+    For :class:`DCGANGenerator`: channels_last activations (on the CPU always; on a GPU with the
+    ``channels_last`` lever), and a stride-1 last transposed convolution run as a plain convolution.
+    Other generators use their own forward. The ``bf16`` lever (``tuning.py``) runs it under
+    bfloat16 autocast and hands back float32 images, so everything after it stays float32.
     """
-    if not isinstance(G, DCGANGenerator):
-        return G(z, labels)
+    tuning = tuning or StepTuning()
+    with tuning.autocast(z.device):
+        out = _dcgan_forward(G, z, labels, tuning.channels_last) if isinstance(G, DCGANGenerator) else G(z, labels)
+    return out.float() if out.dtype == torch.bfloat16 else out
+
+
+def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels_last: bool) -> Tensor:
     G._check_inputs(z, labels)
     h = z if G.embed is None else torch.cat([z, G.embed(labels)], dim=1)
     h = h[:, :, None, None]
@@ -115,7 +123,7 @@ def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None) -> Tensor:
             h = _last_as_conv(h, layer)
         else:
             h = layer(h)
-        if i == 0 and h.device.type == "cpu":
+        if i == 0 and (h.device.type == "cpu" or channels_last):
             h = h.contiguous(memory_format=torch.channels_last)
     return h.contiguous()
 
@@ -146,13 +154,15 @@ class FastStep:
     ``gens`` holds the run's three torch.Generators (``model``: latents and labels, seeded;
     ``data``: the batch draw, secret; ``noise``: the sanitizer's noise, secret), each consumed
     in the same order every step, so a resumed run continues exactly. Call it to take a step; it
-    returns ``(loss, k)`` as device tensors (no host sync on CUDA).
+    returns ``(loss, k)`` as device tensors (no host sync on CUDA). ``tuning``: the GPU speed levers
+    it runs with (``tuning.py``; the optimizer's ``fused_adam`` is the caller's to build).
     """
 
     def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
                  gens: dict[str, torch.Generator], *, cuda_graph: bool | None = None,
-                 capacity: int | None = None, param_sanitizer: Any = None) -> None:
+                 capacity: int | None = None, param_sanitizer: Any = None, tuning: StepTuning | None = None) -> None:
         self.G, self.opt, self.x_all, self.y_all, self.spec, self.gens = G, opt, x_all, y_all, spec, gens
+        self.tuning = tuning or StepTuning()
         self.device = x_all.device
         self.param_sanitizer = param_sanitizer  # grad_theta ablation: clip+noise the parameter gradient
         if param_sanitizer is not None and spec.sigma is not None:
@@ -194,13 +204,14 @@ class FastStep:
                 embed_points(xs, ys if self.conditional else None, nc, self.spec.alpha_c))
 
     def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
-        imgs = fast_forward(self.G, z, labels)
-        if self.sanitizer is not None:
-            imgs = self.sanitizer.attach(imgs)
-        xg, yr = self._points(imgs, labels, xs, ys)
-        loss = step_loss(self.spec, self.cost, xg, yr, w)
-        self.opt.zero_grad(set_to_none=False)
-        loss.backward()
+        with self.tuning.kernels():
+            imgs = fast_forward(self.G, z, labels, self.tuning)  # float32 images, whatever the levers
+            if self.sanitizer is not None:
+                imgs = self.sanitizer.attach(imgs)
+            xg, yr = self._points(imgs, labels, xs, ys)
+            loss = step_loss(self.spec, self.cost, xg, yr, w)
+            self.opt.zero_grad(set_to_none=False)
+            loss.backward()
         return loss.detach()
 
     def _after_update(self) -> None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU benchmark in one command (issue #20 item 5). Needs no network.
+# GPU benchmark in one command (issues #20 item 5, #42 item 4: the whole check in under 8 minutes on
+# one GPU). Needs no network.
 #
 #   bash benchmarks/gpu.sh                 # on a GPU machine: cuda, results in benchmarks/results/
 #   bash benchmarks/gpu.sh --dry-run       # CPU plumbing check (tiny; what tests/test_gpu_bench.py runs)
@@ -12,8 +13,15 @@
 #   (b) a timed slice of the paper-scale MNIST DP-Sinkhorn run, `dpsynth train dps_mnist` at
 #       scale paper with --max-steps-this-run, in a temporary models/private directory (never
 #       the real runs'), projected to the full run's wall-clock -> $OUT/gpu_train_slice.json
-#   (c) a summary table against the targets (>= 1,900 steps/s; full run < 30 min; sweep > 4x)
-#       -> $OUT/gpu_summary.json
+#   (c) a fidelity probe: `dpsynth train dps_mnist` at the quick scale's settings for exactly
+#       PROBE_STEPS private steps (sigma calibrated to the experiment's own epsilon in those steps),
+#       then `dpsynth sample` and `dpsynth evaluate --device DEVICE` (classifiers, FID/KID on the GPU),
+#       each timed, in the same temporary directory -> $OUT/gpu_fidelity.json (wall seconds per stage,
+#       steps/s, accuracies, FID/KID, the evaluate stage's own seconds, the devices metrics.json names,
+#       epsilon) and the run's sample grid -> $OUT/gpu_fidelity_samples.png
+#   (d) a summary table against the targets (>= 1,900 steps/s; full run < 30 min; sweep > 4x the
+#       same 8 one after another and >= 5x one graphed run of the fast step; the check < 8 min) with
+#       the probe's headline -> $OUT/gpu_summary.json
 #
 # Settings (environment, or the flags below):
 #   DEVICE       torch device (default cuda; --dry-run: cpu)            --device DEV
@@ -22,12 +30,17 @@
 #                --dry-run: a temporary one under OUT, digits28 prepared into it)
 #   PARAMS       params file the copy is made from (default: the repo's params.yaml)
 #   SLICE_STEPS  steps of the train slice (default 20000; --dry-run 6)
+#   PROBE_STEPS  private steps of the fidelity probe (default 18000, ~1 min at ~335 steps/s;
+#                --dry-run 6, at the smoke scale's settings: the quick scale's evaluation is minutes of CPU)
+#   FID_WEIGHTS  a local Inception weights file for the probe's FID (default: params' fid_weights, else
+#                the caches `make env` fills; never downloaded: without one FID is reported unavailable)
 #   BENCH_STEPS, BENCH_TRIALS, BENCH_WARMUP, SWEEP   bench settings (default 200, 5, 20, 8)
 #   KEEP_WORK=1  keep the temporary work directory (its private/ holds a checkpoint: never share it)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DRY_RUN=0
+T_START=$(date +%s.%N)
 while [[ $# -gt 0 ]]; do
   case $1 in
     --dry-run) DRY_RUN=1 ;;
@@ -52,12 +65,16 @@ if (( DRY_RUN )); then
   DEVICE=${DEVICE:-cpu}
   EXPERIMENT=dps_digits28
   SLICE_STEPS=${SLICE_STEPS:-6}
+  PROBE_STEPS=${PROBE_STEPS:-6}
+  PROBE_SCALE=smoke
   DRY_TOTAL_STEPS=200             # the dry run's "full run", projected like the paper's
   BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2)
 else
   DEVICE=${DEVICE:-cuda}
   EXPERIMENT=dps_mnist
   SLICE_STEPS=${SLICE_STEPS:-20000}
+  PROBE_STEPS=${PROBE_STEPS:-18000}
+  PROBE_SCALE=quick
   BENCH=(--steps "${BENCH_STEPS:-200}" --trials "${BENCH_TRIALS:-5}" --warmup "${BENCH_WARMUP:-20}"
          --sweep "${SWEEP:-8}")
 fi
@@ -112,6 +129,12 @@ else
   SCALE=paper
   DRY_FLAG=()
 fi
+# The probe's copy: its scale's settings, step budget PROBE_STEPS (a bad FID_WEIGHTS fails here, before (a)).
+"$PY" "$REPO/benchmarks/gpu_summary.py" params --template "$WORK/params.yaml" --mode probe --scale "$PROBE_SCALE" \
+  --data-root "$DATA_ROOT" --experiment "$EXPERIMENT" --total-steps "$PROBE_STEPS" \
+  ${FID_WEIGHTS:+--fid-weights "$FID_WEIGHTS"} --out "$WORK/probe_params.yaml"
+now() { date +%s.%N; }
+seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 
 echo "== (a) step benchmark and batched sweep on $DEVICE" >&2
 "$PY" -m dpsynth.cli bench dp-sinkhorn --device "$DEVICE" "${BENCH[@]}" --json "$OUT/gpu_step_sweep.json"
@@ -126,7 +149,30 @@ TRAIN=("$PY" -m dpsynth.cli train "$EXPERIMENT" --params "$WORK/params.yaml" --d
  --max-steps-this-run $SLICE_STEPS" \
   --out "$OUT/gpu_train_slice.json"
 
-echo "== (c) summary" >&2
+echo "== (c) fidelity probe: $EXPERIMENT at scale $PROBE_SCALE, $PROBE_STEPS steps, sampled and evaluated on $DEVICE" >&2
+P=$WORK/probe  # its own models/private/results: the slice's checkpoint of the same experiment stays apart
+PP=(--params "$WORK/probe_params.yaml")
+t=$(now)
+"$PY" -m dpsynth.cli train "$EXPERIMENT" "${PP[@]}" --device "$DEVICE" --out "$P/models" --private-out "$P/private" \
+  --no-progress --json > "$WORK/probe_train_stdout.txt"
+TRAIN_S=$(seconds_since "$t"); t=$(now)
+"$PY" -m dpsynth.cli sample "$EXPERIMENT" "${PP[@]}" --models "$P/models" --out "$P/synthetic" \
+  --results "$P/results" --private-out "$P/private" >&2
+SAMPLE_S=$(seconds_since "$t"); t=$(now)
+"$PY" -m dpsynth.cli evaluate "$EXPERIMENT" "${PP[@]}" --models "$P/models" --synthetic "$P/synthetic" --results "$P/results" --private-out "$P/private" --device "$DEVICE" >&2
+EVALUATE_S=$(seconds_since "$t")
+"$PY" "$REPO/benchmarks/gpu_summary.py" fidelity --train-stdout "$WORK/probe_train_stdout.txt" \
+  --privacy "$P/models/$EXPERIMENT/privacy.json" --metrics "$P/results/runs/$EXPERIMENT/metrics.json" \
+  --samples-png "$P/results/runs/$EXPERIMENT/samples.png" --samples-out "$OUT/gpu_fidelity_samples.png" \
+  --train-seconds "$TRAIN_S" --sample-seconds "$SAMPLE_S" --evaluate-seconds "$EVALUATE_S" \
+  --steps-requested "$PROBE_STEPS" --device "$DEVICE" "${DRY_FLAG[@]}" \
+  --command "dpsynth train/sample/evaluate $EXPERIMENT --params <copy of $(basename "$PARAMS"), scale $PROBE_SCALE,\
+ train_steps $PROBE_STEPS> --device $DEVICE" \
+  --out "$OUT/gpu_fidelity.json"
+
+echo "== (d) summary" >&2
 "$PY" "$REPO/benchmarks/gpu_summary.py" report --step-sweep "$OUT/gpu_step_sweep.json" \
-  --train-slice "$OUT/gpu_train_slice.json" --out "$OUT/gpu_summary.json"
-echo "gpu.sh: wrote $OUT/gpu_step_sweep.json, $OUT/gpu_train_slice.json, $OUT/gpu_summary.json" >&2
+  --train-slice "$OUT/gpu_train_slice.json" --fidelity "$OUT/gpu_fidelity.json" \
+  --elapsed-seconds "$(seconds_since "$T_START")" --out "$OUT/gpu_summary.json"
+echo "gpu.sh: wrote $OUT/gpu_step_sweep.json, $OUT/gpu_train_slice.json, $OUT/gpu_fidelity.json," \
+  "$OUT/gpu_fidelity_samples.png, $OUT/gpu_summary.json" >&2

@@ -79,7 +79,9 @@ class StepTuning:
             torch.backends.cudnn.benchmark = before
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager[object]:
-        """The generator forward's precision: bfloat16 autocast with ``bf16``, else unchanged."""
+        """The generator forward's precision: bfloat16 autocast with ``bf16``, else unchanged. Without
+        autocast's weight-cast cache: PyTorch's CUDA-graph notes ask for ``cache_enabled=False`` when a
+        graph captures an autocast region (a cached cast would outlive the captured memory)."""
         if not self.bf16:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)

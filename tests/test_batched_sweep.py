@@ -91,3 +91,12 @@ def test_group_members_splits_a_p_grid_and_empty_sweep_is_refused(data):
     with pytest.raises(ConfigError, match="forward_mode must be one of.*'grouped'"):
         BatchedSweep(_shared(), [SweepMember(seed=0)], *data, forward_mode="grouped")
     assert BatchedSweep(_shared(), [SweepMember(seed=0)], *data).forward_mode == "loop"  # auto on a CPU
+
+
+def test_a_cuda_graph_needs_cuda_tensors(data):
+    """The graphed sweep (every member's step in one CUDA graph; checked against the eager sweep on a GPU
+    in tests/test_fast_step.py) refuses CPU tensors instead of failing inside the capture."""
+    x, y = data
+    with pytest.raises(ConfigError, match="cuda_graph=True needs CUDA tensors"):
+        BatchedSweep(_shared(), [SweepMember(seed=0)], x, y, cuda_graph=True)
+    assert BatchedSweep(_shared(), [SweepMember(seed=0)], x, y).cuda_graph is False  # default: on CUDA only

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
-from dpsynth.methods.dp_sinkhorn.batch import poisson_batch
+from dpsynth.methods.dp_sinkhorn.batch import poisson_batch, poisson_capacity, poisson_fixed
 from dpsynth.methods.dp_sinkhorn.plan import latent_generator
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
@@ -159,10 +159,16 @@ class BatchedSweep:
     """K members trained in lock-step with stacked parameters (one forward/solve/backward/Adam)."""
 
     def __init__(self, shared: SweepShared, members: Sequence[SweepMember], x_all: Tensor, y_all: Tensor,
-                 forward_mode: str = "auto", gens: Sequence[dict[str, torch.Generator]] | None = None) -> None:
+                 forward_mode: str = "auto", gens: Sequence[dict[str, torch.Generator]] | None = None,
+                 cuda_graph: bool | None = None) -> None:
         """``gens``: each member's {"model", "data", "noise"} generators; the pipeline passes the
         run's (secret Poisson sampling and sanitizer noise from ``NoiseSource``); None: seeded
-        from the member's seed as ``train_one`` (benchmarks and the equality tests)."""
+        from the member's seed as ``train_one`` (benchmarks and the equality tests).
+        ``cuda_graph`` (default: on CUDA) captures the whole step of all K members -- forward, the
+        stacked solve, every sanitizer, backward and Adam -- in one CUDA graph, as FastStep does for
+        one run: each member's real batch fills a fixed capacity without host syncs, and its
+        latents, labels, Poisson draw and noise are drawn outside the graph into static buffers
+        from ITS generators, in the eager step's order."""
         if not members:
             raise ConfigError("BatchedSweep needs at least one member")
         if forward_mode not in FORWARD_MODES:
@@ -182,17 +188,27 @@ class BatchedSweep:
         params, buffers = stack_module_state(models)
         self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
+        self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
+        if self.cuda_graph and self.device.type != "cuda":
+            raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors")
         self.opt = make_optimizer(list(self.params.values()), "adam", lr=shared.lr, betas=shared.betas,
-                                    weight_decay=shared.weight_decay)
+                                  weight_decay=shared.weight_decay, capturable=self.cuda_graph)
         self._meta = copy.deepcopy(self.template).to("meta")
         self._loop_module = _FastForward(copy.deepcopy(self.template))
         self.forward_mode = forward_mode if forward_mode != "auto" else (
             "vmap" if self.device.type == "cuda" else "loop")
-        # Each member's own WholeBatchSanitizer (the audited one), noising from ITS noise generator.
+        # Each member's own WholeBatchSanitizer (the audited one), noising from ITS noise generator
+        # (under the graph: into its own buffer, drawn before each replay).
+        n_priv = shared.n * math.prod(getattr(self.template, "output_shape", ()))
         self.sanitizers: list[WholeBatchSanitizer | None] = [
-            None if mem.sigma is None else WholeBatchSanitizer(mem.clip, mem.sigma, shared.n, g["noise"],
-                                                               defer_check=True)
+            None if mem.sigma is None else WholeBatchSanitizer(
+                mem.clip, mem.sigma, shared.n, g["noise"], defer_check=True,
+                noise_buffer=torch.zeros((1, n_priv), dtype=torch.float64, device=self.device)
+                if self.cuda_graph else None)
             for mem, g in zip(self.members, self.gens)]
+        self.capacity = poisson_capacity(self.x_all.shape[0], shared.q)
+        self.overflow = torch.zeros(len(self.members), dtype=torch.bool, device=self.device)
+        self._graph: Any = None
         self.guards = [_guard(shared, mem) for mem in self.members]
         # The solver settings every member shares (n, n', eps, iterations), as a StepSpec.
         self.loss_spec = self.members[0].spec(shared, self.num_classes)
@@ -223,26 +239,17 @@ class BatchedSweep:
             outs.append(functional_call(self._loop_module, state, (z[i], None if labels is None else labels[i])))
         return torch.stack(outs)
 
-    def step(self) -> Tensor:
-        """One step of every member; returns the K losses (device tensor, no host sync)."""
-        sh = self.shared
-        for guard in self.guards:  # every member's accountant, before anything is released
-            if guard is not None:
-                guard.step()
-        batches = [poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
-        self.last_real = [b[3] for b in batches]  # each member's Poisson batch size (its log's real_batch)
-        size = max(b[0].shape[0] for b in batches)
-        xs = torch.zeros((len(batches), size, *self.x_all.shape[1:]), dtype=sh.dtype, device=self.device)
-        ys = torch.zeros((len(batches), size), dtype=self.y_all.dtype, device=self.device)
-        w = torch.zeros((len(batches), size), dtype=sh.dtype, device=self.device)
-        for i, (bx, by, bw, _) in enumerate(batches):
-            xs[i, : bx.shape[0]], ys[i, : by.shape[0]], w[i, : bw.shape[0]] = bx, by, bw
-        total = sh.n + sh.n_extra
+    def _latents(self) -> tuple[Tensor, Tensor | None]:
+        """Each member's latents then labels, from ITS model generator (the trainer's order)."""
+        total = self.shared.n + self.shared.n_extra
         z = torch.stack([self.template.sample_latent(total, g["model"]) for g in self.gens])
-        labels = None
-        if self.num_classes is not None:
-            labels = torch.stack([self.template.sample_labels(total, g["model"]) for g in self.gens])
-        # The trainer draws the latents then the labels from one generator per step; so do we.
+        if self.num_classes is None:
+            return z, None
+        return z, torch.stack([self.template.sample_labels(total, g["model"]) for g in self.gens])
+
+    def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
+        """Every member's forward, sanitizer, loss and backward on (K, ...) batches; the K losses."""
+        sh = self.shared
         imgs = self._forward(z, labels)
         # Member k's slice of the stacked images passes through member k's sanitizer only.
         imgs = torch.stack([im if san is None else san.attach(im)
@@ -255,17 +262,113 @@ class BatchedSweep:
         losses = step_loss(self.loss_spec, self.cost, xg, yr, w)
         self.opt.zero_grad(set_to_none=False)
         losses.sum().backward()  # members share no parameter: each gets its own gradient
+        return losses.detach()
+
+    def step(self) -> Tensor:
+        """One step of every member; returns the K losses (device tensor, no host sync)."""
+        for guard in self.guards:  # every member's accountant, before anything is released
+            if guard is not None:
+                guard.step()
+        losses = self._graphed() if self.cuda_graph else self._eager()
+        self.steps += 1
+        return losses
+
+    def _eager(self) -> Tensor:
+        sh = self.shared
+        batches = [poisson_batch(self.x_all, self.y_all, sh.q, g["data"]) for g in self.gens]
+        self.last_real: Sequence[Any] = [b[3] for b in batches]  # each member's batch size (its log's real_batch)
+        size = max(b[0].shape[0] for b in batches)
+        xs = torch.zeros((len(batches), size, *self.x_all.shape[1:]), dtype=sh.dtype, device=self.device)
+        ys = torch.zeros((len(batches), size), dtype=self.y_all.dtype, device=self.device)
+        w = torch.zeros((len(batches), size), dtype=sh.dtype, device=self.device)
+        for i, (bx, by, bw, _) in enumerate(batches):
+            xs[i, : bx.shape[0]], ys[i, : by.shape[0]], w[i, : bw.shape[0]] = bx, by, bw
+        z, labels = self._latents()
+        losses = self._loss_backward(z, labels, xs, ys, w)
         if self.device.type == "cpu":
             self.check()
         self.opt.step()
-        self.steps += 1
-        return losses.detach()
+        return losses
+
+    def _fixed_batches(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Each member's Poisson draw into the fixed capacity (no host sync); overflows recorded."""
+        drawn = [poisson_fixed(self.x_all, self.y_all, self.shared.q, g["data"], self.capacity) for g in self.gens]
+        self.overflow |= torch.stack([d[4] for d in drawn])
+        return (torch.stack([d[0] for d in drawn]), torch.stack([d[1] for d in drawn]),
+                torch.stack([d[2] for d in drawn]), torch.stack([d[3] for d in drawn]))
+
+    def _capture(self) -> None:
+        """Warm up on a side stream (allocator, cuDNN plans, Adam's state), put every weight, BN
+        statistic and Adam moment back, then capture one step (FastStep._capture, for K members)."""
+        warm = [torch.Generator(self.device).manual_seed(i) for i in range(len(self.members))]
+        drawn = [poisson_fixed(self.x_all, self.y_all, self.shared.q, g, self.capacity) for g in warm]
+        z, labels = self._latents_like()
+        st = self._static = {"xs": torch.stack([d[0] for d in drawn]), "ys": torch.stack([d[1] for d in drawn]),
+                             "w": torch.stack([d[2] for d in drawn]), "k": torch.stack([d[3] for d in drawn]),
+                             "z": z, "labels": labels}
+        fresh_opt = not self.opt.state
+        keep = [*self.params.values(), *self.buffers.values()]
+        keep += [v for state in self.opt.state.values() for v in state.values() if isinstance(v, Tensor)]
+        saved = [t.detach().clone() for t in keep]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
+                self.opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            for t, v in zip(keep, saved):
+                t.copy_(v)
+            if fresh_opt:  # Adam's fresh state is step 0 and zero moments
+                for state in self.opt.state.values():
+                    for v in state.values():
+                        if isinstance(v, Tensor):
+                            v.zero_()
+        for san in self.sanitizers:
+            if san is not None:
+                san.reset_check()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._losses_out = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
+            self.opt.step()
+        self._graph = graph
+
+    def _latents_like(self) -> tuple[Tensor, Tensor | None]:
+        total, k = self.shared.n + self.shared.n_extra, len(self.members)
+        z = torch.zeros((k, total, self.template.latent_dim), dtype=self.shared.dtype, device=self.device)
+        labels = None if self.num_classes is None else torch.zeros((k, total), dtype=torch.int64, device=self.device)
+        return z, labels
+
+    def _graphed(self) -> Tensor:
+        if self._graph is None:
+            self._capture()
+        st = self._static
+        xs, ys, w, k = self._fixed_batches()
+        for key, value in (("xs", xs), ("ys", ys), ("w", w), ("k", k)):
+            st[key].copy_(value)
+        self.last_real = st["k"]  # read at log time only (one sync)
+        z, labels = self._latents()
+        st["z"].copy_(z)
+        if labels is not None:
+            st["labels"].copy_(labels)
+        for san in self.sanitizers:
+            if san is not None:
+                san.draw_noise_()
+        self._graph.replay()
+        return self._losses_out
 
     def check(self) -> None:
-        for mem, san in zip(self.members, self.sanitizers):
+        """Refuse (PrivacyError, naming the member) a release that saw a non-finite gradient or a
+        Poisson batch over the fixed capacity (graphed path)."""
+        over = self.overflow.tolist() if self.cuda_graph else [False] * len(self.members)
+        for mem, san, spilled in zip(self.members, self.sanitizers, over):
             try:
                 if san is not None:
                     san.check()
+                if spilled:
+                    raise PrivacyError(f"a Poisson batch exceeded the fixed capacity {self.capacity}; "
+                                       "the step did not use the whole sample")
             except PrivacyError as exc:
                 raise PrivacyError(f"sweep member {mem.name or mem.seed}: {exc}") from None
 

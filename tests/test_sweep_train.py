@@ -94,11 +94,11 @@ def test_each_cell_is_released_by_its_own_train_job_without_training(together_an
         assert summary["trained_together"] == "group0" and summary["steps"] == 3
     marker = json.loads((tmp / "together" / "private" / "sweeps" / "sw" / "group.json").read_text())
     assert marker == {"sweep": "sw", "mode": "together", "trained_together": ["sw-m0", "sw-m1"]}
-    # released: a second train is a no-op, and the group's own checkpoint is gone
+    # released: a second train is a no-op; the group kept no checkpoint of its own, only the cells'
     again = run_cli("train", "sw-m0", "--params", str(together_and_alone["params"]), "--no-progress",
                     *_dirs(tmp / "together"))
     assert again.returncode == 0 and again.stdout.startswith("train sw-m0: already done"), again.stdout
-    assert not list((tmp / "together" / "private" / "sweep_groups" / "sw").glob("*.pt"))
+    assert not (tmp / "together" / "private" / "sweep_groups").exists()
 
 
 def test_secret_noise_is_drawn_per_run_and_cells_of_two_p_values_form_two_groups(tmp_path: Path,
@@ -171,10 +171,11 @@ def test_snakemake_trains_a_together_sweep_in_one_job_and_adds_a_cell_alone(tmp_
 
 
 def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp_path: Path) -> None:
-    """A group stopped after 2 of 3 steps (as a killed job: its group checkpoint written, no cell
-    finished) and run again ends with the same cell checkpoints as the uninterrupted group:
-    weights, accountant and log rows (reproducible noise, so the replay is exact)."""
-    from dpsynth.methods.dp_sinkhorn.together import cell_done, train_together
+    """A group stopped after 2 of 3 steps (as a killed job: each cell's own checkpoint written at step 2,
+    none finished, no group checkpoint) and run again ends with the same cell checkpoints as the
+    uninterrupted group: weights, Adam's moments, accountant and log rows (reproducible noise, so the
+    replay is exact)."""
+    from dpsynth.methods.dp_sinkhorn.together import cell_done, resume_step, train_together
     from dpsynth.stages.train import build_context
 
     params = together_and_alone["params"]
@@ -184,12 +185,27 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
                               private_out=str(tmp_path / "private"), device="cpu", progress=False,
                               max_steps_this_run=stop) for c in ("sw-m0", "sw-m1")]
 
-    group_dir = tmp_path / "private" / "sweep_groups" / "sw"
-    first = train_together(contexts(2), group_dir, "group0")
-    assert [s["finished"] for s in first] == [False, False] and (group_dir / "group0.pt").is_file()
+    first = train_together(contexts(2), "group0")
+    assert [s["finished"] for s in first] == [False, False]
+    assert [resume_step(c) for c in contexts(None)] == [2, 2]  # each cell's own checkpoint, unfinished
     assert not any(cell_done(c) for c in contexts(None))
-    second = train_together(contexts(None), group_dir, "group0")
-    assert [s["finished"] for s in second] == [True, True] and not (group_dir / "group0.pt").exists()
+    assert not (tmp_path / "private" / "sweep_groups").exists()
+    # a member's checkpoint is its own run's: `dpsynth train` resumes it alone, through the one loop
+    import shutil
+
+    from dpsynth.cli import main
+
+    shutil.copytree(tmp_path / "private", tmp_path / "copy" / "private")
+    assert main(["train", "sw-m1", "--params", str(params), "--no-progress", "--json",
+                 *_dirs(tmp_path / "copy")]) == 0
+    alone = json.loads((tmp_path / "copy" / "models" / "sw-m1" / "train_summary.json").read_text())
+    assert alone["resumed_from"] == 2 and alone["steps_this_run"] == 1 and alone["steps"] == 3
+    ref_models = together_and_alone["tmp"] / "together" / "models" / "sw-m1"
+    a, b = _weights(tmp_path / "copy" / "models" / "sw-m1" / "generator.pt"), _weights(ref_models / "generator.pt")
+    for k in a:  # one step alone after two together: the together/alone tolerance above
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-3, msg=k)
+    second = train_together(contexts(None), "group0")
+    assert [s["finished"] for s in second] == [True, True]
     ref_root = together_and_alone["tmp"] / "together" / "private" / "runs"
     for c in contexts(None):
         got = torch.load(c.checkpoint_path, weights_only=False)
@@ -198,6 +214,8 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
         assert got["step"] == ref["step"] == 3
         for k, v in ref["generator"].items():
             assert torch.equal(got["generator"][k], v), (c.name, k)
+        for j, st in ref["optimizer"]["state"].items():  # the member's Adam, resumed from its own slice
+            assert all(torch.equal(got["optimizer"]["state"][j][k], v) for k, v in st.items()), (c.name, j)
         assert got["guard"] == ref["guard"]
         assert [r["step"] for r in got["log_rows"]] == [r["step"] for r in ref["log_rows"]]
 

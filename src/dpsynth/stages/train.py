@@ -157,8 +157,8 @@ def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None
     the output both DAGs order the cells' train jobs after. Without train_together it only
     writes that file, saying the cells train alone; their jobs do not wait for it.
 
-    The group checkpoints live in PRIVATE/sweep_groups/<name>/, outside the job's output folder,
-    which workflow managers empty before (re-)running a job."""
+    A stopped group resumes from its cells' own checkpoints (PRIVATE/runs/<cell>/checkpoint.pt,
+    outside the job's output folder, which workflow managers empty before (re-)running a job)."""
     from contextlib import ExitStack
 
     from dpsynth.config import load_params
@@ -216,7 +216,6 @@ def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summari
     for k, idx in enumerate(group_by_shape(todo) if todo else []):
         group = [todo[i] for i in idx]
         t0 = time.perf_counter()
-        for s in train_together(group, Path(private_out) / "sweep_groups" / sweep_name, f"group{k}",
-                                forward_mode=forward_mode):
+        for s in train_together(group, f"group{k}", forward_mode=forward_mode):
             s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
             summaries[s["experiment"]] = s

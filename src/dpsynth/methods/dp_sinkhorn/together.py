@@ -18,8 +18,10 @@ Each cell stays its own run:
 Nothing is released here: ``dpsynth train CELL`` then finds the finished checkpoint and
 releases the cell's generator, privacy report and logs from it without training, so the
 per-cell outputs the downstream stages and DVC see are made by the same code as always.
-A group checkpoint (stacked state, every member's RNG, guard and log) makes the group
-resumable after a kill.
+There is no group checkpoint: at every checkpoint interval each cell's own checkpoint is written
+(its slice of the stacked weights and Adam moments, its random streams, guard and log, in the
+format of ``methods/loop.py``), so a killed group resumes from its members' checkpoints and a
+cell could as well resume alone through the one loop.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ from dpsynth.methods.trainlog import TrainLog
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 
-__all__ = ["TOGETHER_KEY", "member_plan", "group_by_shape", "train_together", "cell_done"]
+__all__ = ["TOGETHER_KEY", "member_plan", "group_by_shape", "train_together", "cell_done", "resume_step"]
 
 def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
     """What must be equal across a group (``shared``) and what is the cell's own (its member),
@@ -86,11 +87,11 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
 
 def group_by_shape(ctxs: Sequence[TrainContext]) -> list[list[int]]:
     """Indices of the cells that can share one batched sweep (equal shared settings, e.g. one per
-    ``p``), in first-seen order."""
+    ``p``, and the same step to resume from: ``resume_step``), in first-seen order."""
     groups: dict[str, list[int]] = {}
     for i, ctx in enumerate(ctxs):
         shared, _ = member_plan(ctx)
-        groups.setdefault(repr(sorted(shared.items())), []).append(i)
+        groups.setdefault(repr((sorted(shared.items()), resume_step(ctx))), []).append(i)
     return list(groups.values())
 
 
@@ -114,10 +115,47 @@ def _member_optimizer_state(sweep: BatchedSweep, i: int, G: torch.nn.Module) -> 
     return opt.state_dict()
 
 
-def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
-                   forward_mode: str = "auto") -> list[dict[str, Any]]:
+def _stacked_optimizer_state(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The stacked Adam's state from each member's (the inverse of ``_member_optimizer_state``):
+    member i's moments become slice i; the step count is the members' common one."""
+    stacked = sweep.opt.state_dict()
+    per_param: dict[int, dict[str, Any]] = {}
+    for j in range(len(sweep.params)):
+        members = [st["state"].get(j) for st in states]
+        if any(m is None for m in members):
+            continue  # no step taken yet: Adam has no state for it
+        per_param[j] = {k: torch.stack([m[k] for m in members]) if torch.is_tensor(v) and v.dim() > 0 else v
+                        for k, v in members[0].items()}
+    return {"state": per_param, "param_groups": stacked["param_groups"]}
+
+
+def _resume_members(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> None:
+    """Put each member's checkpoint (the one ``dpsynth train CELL`` would resume) into slice i."""
+    with torch.no_grad():
+        for i, st in enumerate(states):
+            for k, v in {**sweep.params, **sweep.buffers}.items():
+                v[i].copy_(st["generator"][k])
+    sweep.opt.load_state_dict(_stacked_optimizer_state(sweep, [st["optimizer"] for st in states]))
+    for g, st in zip(sweep.gens, states):
+        set_rng_state(st["rng"], g)
+    sweep.guards = [None if st["guard"] is None else BudgetGuard.from_state_dict(st["guard"]) for st in states]
+
+
+def resume_step(ctx: TrainContext) -> int:
+    """The step a cell's unfinished checkpoint resumes from (0: none, or finished). Cells train together
+    only from a common step, so a cell added to a stopped sweep forms a group of its own."""
+    state = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx)).load()
+    return 0 if state is None or state.get("done") else int(state["step"])
+
+
+def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str = "auto") -> list[dict[str, Any]]:
     """Train ``ctxs`` (one shape group, see :func:`group_by_shape`) in lock-step and leave each
-    cell's finished checkpoint where ``dpsynth train`` looks; returns one summary per cell."""
+    cell's checkpoint where ``dpsynth train`` looks -- at every checkpoint interval, on a stop and
+    finished at the end; returns one summary per cell.
+
+    There is no group checkpoint: each member's state is its own run's checkpoint (weights, Adam's
+    moments, every random stream, its guard and log), the format of ``methods/loop.py``, so a killed
+    group resumes from its members' checkpoints (all at one step) and each cell could resume alone."""
     plans = [member_plan(c) for c in ctxs]
     first = plans[0][0]
     for ctx, (shared, _) in zip(ctxs[1:], plans[1:]):
@@ -144,30 +182,31 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
     y_all = torch.from_numpy(ctxs[0].data.y_train).to(dev)
     sweep = BatchedSweep(shared, members, x_all, y_all, forward_mode=forward_mode, gens=gens)
 
-    fingerprint = hashlib.sha256("|".join(config_fingerprint(c) for c in ctxs).encode()).hexdigest()
-    ckpt = Checkpointer(Path(group_dir) / f"{group}.pt", fingerprint)
-    state = ckpt.load()
+    ckpts = [Checkpointer(c.checkpoint_path, config_fingerprint(c)) for c in ctxs]
+    loaded = [ck.load() for ck in ckpts]
+    states = [st for st in loaded if st is not None and not st.get("done")]
     step = 0
-    if state is not None:
-        with torch.no_grad():
-            for k, v in state["params"].items():
-                sweep.params[k].copy_(v)
-            for k, v in state["buffers"].items():
-                sweep.buffers[k].copy_(v)
-        sweep.opt.load_state_dict(state["optimizer"])
-        for g, st in zip(sweep.gens, state["rng"]):
-            set_rng_state(st, g)
-        sweep.guards = [None if s is None else BudgetGuard.from_state_dict(s) for s in state["guards"]]
-        step = sweep.steps = int(state["step"])
-    logs = [TrainLog(c.log_path, LOG_FIELDS, resume_step=step if state is not None else None,
-                     rows=state["member_log_rows"][i] if state is not None else None) for i, c in enumerate(ctxs)]
+    if states:
+        steps = {int(st["step"]) for st in states}
+        if len(states) != len(ctxs) or len(steps) != 1:  # group_by_shape groups cells by resume_step
+            raise ConfigError(f"{', '.join(c.name for c in ctxs)}: their checkpoints are at different steps "
+                              f"({sorted(steps)}); train them in groups of one step each")
+        _resume_members(sweep, states)
+        step = sweep.steps = steps.pop()
+    logs = [TrainLog(c.log_path, LOG_FIELDS, resume_step=step if states else None,
+                     rows=states[i]["log_rows"] if states else None) for i, c in enumerate(ctxs)]
+    for ck, log in zip(ckpts, logs):
+        ck.log = log
 
-    def save(at: int) -> None:
+    def save(at: int, done: bool = False) -> None:
+        """Every member's checkpoint, in the format (and place) of its own `dpsynth train`."""
         sweep.check()
-        ckpt.save({"step": at, "params": sweep.params, "buffers": sweep.buffers,
-                   "optimizer": sweep.opt.state_dict(), "rng": [rng_state(g) for g in sweep.gens],
-                   "guards": [None if g is None else g.state_dict() for g in sweep.guards],
-                   "member_log_rows": [log.snapshot() for log in logs]})  # ("log_rows" is the Checkpointer's)
+        for i, ck in enumerate(ckpts):
+            G, guard = sweep.generator(i), sweep.guards[i]
+            ck.save({"step": at, "total_steps": total, "sigma": members[i].sigma, "arch": shared.arch,
+                     "done": done, "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
+                     "optimizer": _member_optimizer_state(sweep, i, G), "rng": rng_state(sweep.gens[i]),
+                     "guard": guard.state_dict() if guard is not None else None, "adversary": None})
 
     def rows(losses: torch.Tensor) -> list[dict[str, float]]:
         out = []
@@ -189,21 +228,9 @@ def train_together(ctxs: Sequence[TrainContext], group_dir: Path, group: str,
                        rows=rows, guards=[], save=save, on_log=on_log,
                        epsilons=lambda: [g.epsilon_spent() if g is not None else math.inf for g in sweep.guards])
     sweep.check()
-    if step < total:  # a timed slice: resumable, nothing finished
-        save(step)
+    finished = step >= total
+    save(step, done=finished)  # a timed slice: resumable; else each cell's finished checkpoint
+    if not finished:
         return [{"experiment": c.name, "steps": step, "total_steps": total, "finished": False} for c in ctxs]
-
-    out = []
-    for i, c in enumerate(ctxs):
-        G = sweep.generator(i)
-        cell = Checkpointer(c.checkpoint_path, config_fingerprint(c))
-        cell.log = logs[i]
-        guard = sweep.guards[i]
-        cell.save({"step": step, "total_steps": total, "sigma": members[i].sigma, "arch": shared.arch,
-                   "done": True, "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
-                   "optimizer": _member_optimizer_state(sweep, i, G), "rng": rng_state(sweep.gens[i]),
-                   "guard": guard.state_dict() if guard is not None else None, "adversary": None})
-        out.append({"experiment": c.name, "steps": step, "finished": True, "sigma": members[i].sigma,
-                    TOGETHER_KEY: group, "steps_per_s_this_run": round(rate, 3)})
-    ckpt.remove()  # the cells' own checkpoints hold everything from here on
-    return out
+    return [{"experiment": c.name, "steps": step, "finished": True, "sigma": members[i].sigma, TOGETHER_KEY: group,
+             "steps_per_s_this_run": round(rate, 3)} for i, c in enumerate(ctxs)]

@@ -238,3 +238,29 @@ def test_cells_on_different_records_never_share_a_group(tmp_path: Path, digits28
     ctxs = [build_context(c, params_file=str(params), out=str(tmp_path / "m"), private_out=str(tmp_path / "p"),
                           device="cpu", progress=False) for c in cells]
     assert group_by_shape(ctxs) == [[0, 2], [1, 3]]  # the m values share; the seeds do not
+
+
+def test_an_optimizer_by_learning_rate_sweep_is_one_group(tmp_path: Path, digits28_processed: Path) -> None:
+    """ICLR Table 4's kind of grid (optimizer x lr) trains as ONE batched sweep (each cell with its own
+    optimizer over its own parameters); a batch-size grid cannot (the batch fixes the tensors' shape)."""
+    from dpsynth.methods.dp_sinkhorn.together import group_by_shape
+    from dpsynth.stages.train import build_context
+
+    p = digits28_smoke_params("dps_d28", 3)
+    p["sweeps"]["ol"] = {"base": "dps_d28", "grid": {"optimizer": ["adam", "rmsprop", "sgd"], "lr": [1.0e-4, 1.0e-3]},
+                         "train_together": True}
+    p["sweeps"]["bs"] = {"base": "dps_d28", "grid": {"batch_size": [20, 40]}, "train_together": True}
+    p["pipeline"]["sweeps"] = ["ol", "bs"]
+    p["data"]["root"] = str(tmp_path / "data")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(p))
+    with_digits28(digits28_processed, tmp_path / "data")
+
+    def groups(sweep: str, cells: list[str]) -> list[list[int]]:
+        return group_by_shape([build_context(c, params_file=str(params), out=str(tmp_path / "m"),
+                                             private_out=str(tmp_path / "p"), device="cpu", progress=False)
+                               for c in cells])
+
+    assert groups("ol", [f"ol-lr{lr}-optimizer{o}" for o in ("adam", "rmsprop", "sgd") for lr in ("0.0001", "0.001")]) \
+        == [[0, 1, 2, 3, 4, 5]]
+    assert groups("bs", ["bs-batch_size20", "bs-batch_size40"]) == [[0], [1]]

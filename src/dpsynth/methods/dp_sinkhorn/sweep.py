@@ -1,40 +1,30 @@
-"""Train several DP-Sinkhorn configurations at once on one device.
+"""Train several DP-Sinkhorn configurations at once on one device (the batched sweep).
 
-The K members' generator parameters and BatchNorm buffers are stacked along a new leading
-axis; one stacked Sinkhorn solve serves all K x 2 OT problems, and one ``torch.optim.Adam``
-steps the stacked tensors -- Adam is elementwise, so that IS K independent Adams. The
-generator forward has two strategies (``forward_mode``):
+The K members' generators run as one: their parameters are stacked for the forward (each member's
+are leaves of its own, under its own optimizer, so an optimizer x lr grid packs too), one stacked
+Sinkhorn solve serves all K x 2 OT problems, and on CUDA the whole step of all K is one CUDA graph.
+The generator forward has two strategies (``forward_mode``): ``"vmap"`` -- ``vmap(functional_call(G,
+...))``, the K members' convolutions grouped into one launch per layer (the point on a GPU, where one
+member's small convolutions leave it idle); ``"loop"`` -- each member's own convolutions with
+:func:`fast_forward` (on a CPU oneDNN's grouped transposed convolutions are slower than K plain ones:
+0.45x measured on 2 cores), so ``"auto"`` picks ``"loop"`` there and ``"vmap"`` on CUDA. Both compute
+the same function of the same parameters (tested). What stays per member, so each is its own run:
 
-* ``"vmap"`` -- ``vmap(functional_call(G, ...))``: PyTorch turns the K members'
-  convolutions into grouped ones, one launch per layer for all K (the point on a GPU, where
-  each member's small convolutions leave the device idle);
-* ``"loop"`` -- each member's own convolutions on views of the stacked parameters
-  (``unbind``: one stacking op in backward), with :func:`fast_forward`. On a CPU the
-  convolutions are compute-bound and oneDNN's grouped transposed convolutions are slower
-  than K plain ones (measured: the vmap sweep ran at 0.45x the one-after-another
-  throughput on 2 cores), so ``"auto"`` picks ``"loop"`` there and ``"vmap"`` on CUDA.
+* its seed: the same initialisation (``nets.build_seeded_generator``) and the same three
+  torch.Generators as ``dp_sinkhorn.train`` (latents+labels, Poisson sampling, sanitizer noise),
+  each consumed in the trainer's order;
+* its cost mix ``m``, clip ``C``, noise multiplier ``sigma``, optimizer and learning rate: its image
+  gradient is clipped as one tensor to its ``C`` and noised from ITS noise generator;
+* its accountant: a :class:`~dpsynth.privacy.report.BudgetGuard` per private member, charged every
+  step and refusing (PrivacyError) before a step past its target.
 
-Both compute the same function of the same parameters (tested). What stays per member, so that each member's run is its own run:
-
-* its seed: the same initialisation (``nets.build_seeded_generator``)
-  and the same three torch.Generators (``seed*1000 + 1/2/3`` for latents+labels, Poisson
-  sampling, sanitizer noise) as ``dp_sinkhorn.train``, each consumed in the trainer's order;
-* its cost mixing weight ``m``, clip ``C`` and noise multiplier ``sigma``: each member's
-  image gradient is clipped as one tensor to its ``C`` and noised from ITS noise generator;
-* its accountant: a :class:`~dpsynth.privacy.report.BudgetGuard` per private member,
-  charged every step and refusing (PrivacyError) before a step past its target.
-
-Shared by construction (one tensor shape): the generator architecture, the batch size and
-semi-debias fraction ``p`` (they fix the generated batch ``n + floor(p n)``), the temperature,
-the Sinkhorn iterations and the optimizer's hyperparameters. A ``p`` grid runs as one batched
-sweep per ``p`` value (:func:`group_members`).
-
-The step is the one step's code run over members: the same Poisson draw
-(``batch.poisson_batch``), the same sanitizer (each member's own ``WholeBatchSanitizer``,
-attached to its slice), the same embedding and loss (``step.embed_points``, ``step.step_loss``:
-one stacked Sinkhorn solve for all K x 2 problems). :func:`train_one` trains a member alone with
-:class:`~dpsynth.methods.dp_sinkhorn.step.FastStep`; tests/test_batched_sweep.py holds every
-member of a sweep to it.
+Shared by construction (one tensor shape): the architecture, the batch size and ``p`` (they fix the
+generated batch ``n + floor(p n)``), the temperature, the Sinkhorn iterations, Adam's betas and the
+weight decay. A ``p`` grid runs as one batched sweep per ``p`` value (``together.group_by_shape``). The step
+is the one step's code run over members (``batch.poisson_batch``, each member's own
+``WholeBatchSanitizer``, ``step.embed_points``, ``step.step_loss``); :func:`train_one` trains a member
+alone with :class:`~dpsynth.methods.dp_sinkhorn.step.FastStep`, and tests/test_batched_sweep.py holds
+every member of a sweep to it.
 """
 
 from __future__ import annotations
@@ -59,7 +49,7 @@ from dpsynth.nets import build_seeded_generator
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
-__all__ = ["SweepShared", "SweepMember", "BatchedSweep", "member_setup", "train_one", "group_members"]
+__all__ = ["SweepShared", "SweepMember", "BatchedSweep", "member_setup", "train_one"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +64,7 @@ class SweepShared:
     eps: float = 0.05
     n_iter: int = 30
     scaling: float | None = 0.5
-    lr: float = 1e-5
+    lr: float = 1e-5  # a member's own lr (SweepMember.lr) wins
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     delta: float = 1e-5
@@ -84,26 +74,27 @@ class SweepShared:
 
 @dataclass(frozen=True)
 class SweepMember:
-    """One configuration: its seed, cost mixing weight, clip and noise (sigma None: non-private)."""
+    """One configuration: its seed, cost mixing weight, clip and noise (sigma None: non-private), and
+    its optimizer and learning rate (None: the shared lr) -- each member has an optimizer of its own
+    over its own parameter tensors, so an optimizer x lr grid packs into one sweep."""
 
     seed: int
     m: float = 0.0
     sigma: float | None = 1.1
     clip: float = 0.5
     name: str = field(default="")
+    optimizer: str = "adam"
+    lr: float | None = None
+
+    def optimizer_for(self, params: Any, shared: SweepShared, capturable: bool = False) -> torch.optim.Optimizer:
+        """This member's optimizer, exactly as ``dp_sinkhorn.train`` builds a run's."""
+        return make_optimizer(params, self.optimizer, lr=self.lr if self.lr is not None else shared.lr,
+                              betas=shared.betas, weight_decay=shared.weight_decay, capturable=capturable)
 
     def spec(self, shared: SweepShared, num_classes: int | None) -> StepSpec:
         return StepSpec(n=shared.n, n_extra=shared.n_extra, num_classes=num_classes, alpha_c=shared.alpha_c,
                         eps=shared.eps, n_iter=shared.n_iter, scaling=shared.scaling, m=self.m, clip=self.clip,
                         sigma=self.sigma, q=shared.q)
-
-
-def group_members(members: Sequence[tuple[float, SweepMember]]) -> dict[float, list[SweepMember]]:
-    """Split ``(p, member)`` pairs into one batched sweep per semi-debias fraction ``p``."""
-    out: dict[float, list[SweepMember]] = {}
-    for p, mem in members:
-        out.setdefault(float(p), []).append(mem)
-    return out
 
 
 def _gens(seed: int, device: torch.device) -> dict[str, torch.Generator]:
@@ -121,10 +112,9 @@ def _guard(shared: SweepShared, mem: SweepMember) -> BudgetGuard | None:
 
 def member_setup(shared: SweepShared, mem: SweepMember, device: torch.device
                  ) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Generator]]:
-    """Generator, Adam and generators exactly as ``dp_sinkhorn.train`` builds them for ``mem.seed``."""
+    """Generator, optimizer and generators exactly as ``dp_sinkhorn.train`` builds them for ``mem.seed``."""
     G = build_seeded_generator(shared.arch, mem.seed, device).to(dtype=shared.dtype)
-    opt = make_optimizer(G.parameters(), "adam", lr=shared.lr, betas=shared.betas, weight_decay=shared.weight_decay)
-    return G, opt, _gens(mem.seed, device)
+    return G, mem.optimizer_for(G.parameters(), shared), _gens(mem.seed, device)
 
 
 def train_one(shared: SweepShared, mem: SweepMember, x_all: Tensor, y_all: Tensor, steps: int) -> nn.Module:
@@ -156,7 +146,7 @@ FORWARD_MODES = ("auto", "vmap", "loop")
 
 
 class BatchedSweep:
-    """K members trained in lock-step with stacked parameters (one forward/solve/backward/Adam)."""
+    """K members trained in lock-step (one forward, solve and backward; each member's optimizer)."""
 
     def __init__(self, shared: SweepShared, members: Sequence[SweepMember], x_all: Tensor, y_all: Tensor,
                  forward_mode: str = "auto", gens: Sequence[dict[str, torch.Generator]] | None = None,
@@ -185,14 +175,18 @@ class BatchedSweep:
             self.gens.append(seeded if gens is None else gens[i])
         self.template = models[0]
         self.num_classes = getattr(self.template, "num_classes", None)
-        params, buffers = stack_module_state(models)
-        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-        self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
-        self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
-        if self.cuda_graph and self.device.type != "cuda":
-            raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors")
-        self.opt = make_optimizer(list(self.params.values()), "adam", lr=shared.lr, betas=shared.betas,
-                                  weight_decay=shared.weight_decay, capturable=self.cuda_graph)
+        # Each member's parameters are leaves of its own (stacked for the forward, every step, so the
+        # stack's backward hands each member its gradient) under its own optimizer; the BatchNorm
+        # statistics, updated in place by the forward, stay stacked.
+        self.member_params = [{k: v.detach().clone().requires_grad_(True) for k, v in G.named_parameters()}
+                              for G in models]
+        self.buffers = {k: v.detach().clone() for k, v in stack_module_state(models)[1].items()}
+        graphable = all(mem.optimizer != "sgd" for mem in self.members)  # SGD is not built capturable
+        self.cuda_graph = (self.device.type == "cuda" and graphable) if cuda_graph is None else cuda_graph
+        if self.cuda_graph and (self.device.type != "cuda" or not graphable):
+            raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors and no SGD member")
+        self.opts = [mem.optimizer_for(list(mp.values()), shared, capturable=self.cuda_graph)
+                     for mem, mp in zip(self.members, self.member_params)]
         self._meta = copy.deepcopy(self.template).to("meta")
         self._loop_module = _FastForward(copy.deepcopy(self.template))
         self.forward_mode = forward_mode if forward_mode != "auto" else (
@@ -224,18 +218,19 @@ class BatchedSweep:
         def one(p: dict[str, Tensor], b: dict[str, Tensor], zz: Tensor, ll: Tensor | None) -> Tensor:
             return functional_call(self._meta, (p, b), (zz, ll))
 
+        params = {k: torch.stack([mp[k] for mp in self.member_params]) for k in self.member_params[0]}
         if labels is None:
-            return vmap(lambda p, b, zz: one(p, b, zz, None))(self.params, self.buffers, z)
-        return vmap(one)(self.params, self.buffers, z, labels)
+            return vmap(lambda p, b, zz: one(p, b, zz, None))(params, self.buffers, z)
+        return vmap(one)(params, self.buffers, z, labels)
 
     def _forward_loop(self, z: Tensor, labels: Tensor | None) -> Tensor:
-        """Member by member on ``unbind`` views: gradients land in the stacked leaves, and BN's
-        in-place running-statistics updates write into the stacked buffers."""
-        params = {k: v.unbind(0) for k, v in self.params.items()}
+        """Member by member on its own leaves; BN's in-place running-statistics updates write into the
+        stacked buffers through ``unbind`` views."""
         buffers = {k: v.unbind(0) for k, v in self.buffers.items()}
         outs = []
         for i in range(len(self.members)):
-            state = {f"G.{k}": v[i] for k, v in {**params, **buffers}.items()}
+            state = {**{f"G.{k}": v for k, v in self.member_params[i].items()},
+                     **{f"G.{k}": v[i] for k, v in buffers.items()}}
             outs.append(functional_call(self._loop_module, state, (z[i], None if labels is None else labels[i])))
         return torch.stack(outs)
 
@@ -260,9 +255,14 @@ class BatchedSweep:
         yr = torch.stack([embed_points(xs[i], None if nc is None else ys[i], nc, sh.alpha_c)
                           for i in range(len(self.members))])
         losses = step_loss(self.loss_spec, self.cost, xg, yr, w)
-        self.opt.zero_grad(set_to_none=False)
+        for opt in self.opts:
+            opt.zero_grad(set_to_none=False)
         losses.sum().backward()  # members share no parameter: each gets its own gradient
         return losses.detach()
+
+    def _optimizer_step(self) -> None:
+        for opt in self.opts:
+            opt.step()
 
     def step(self) -> Tensor:
         """One step of every member; returns the K losses (device tensor, no host sync)."""
@@ -287,7 +287,7 @@ class BatchedSweep:
         losses = self._loss_backward(z, labels, xs, ys, w)
         if self.device.type == "cpu":
             self.check()
-        self.opt.step()
+        self._optimizer_step()
         return losses
 
     def _fixed_batches(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -306,32 +306,34 @@ class BatchedSweep:
         st = self._static = {"xs": torch.stack([d[0] for d in drawn]), "ys": torch.stack([d[1] for d in drawn]),
                              "w": torch.stack([d[2] for d in drawn]), "k": torch.stack([d[3] for d in drawn]),
                              "z": z, "labels": labels}
-        fresh_opt = not self.opt.state
-        keep = [*self.params.values(), *self.buffers.values()]
-        keep += [v for state in self.opt.state.values() for v in state.values() if isinstance(v, Tensor)]
+        fresh_opt = not any(opt.state for opt in self.opts)
+        keep = [*(v for mp in self.member_params for v in mp.values()), *self.buffers.values()]
+        keep += [v for opt in self.opts for state in opt.state.values() for v in state.values()
+                 if isinstance(v, Tensor)]
         saved = [t.detach().clone() for t in keep]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
                 self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
-                self.opt.step()
+                self._optimizer_step()
         torch.cuda.current_stream().wait_stream(side)
         with torch.no_grad():
             for t, v in zip(keep, saved):
                 t.copy_(v)
-            if fresh_opt:  # Adam's fresh state is step 0 and zero moments
-                for state in self.opt.state.values():
-                    for v in state.values():
-                        if isinstance(v, Tensor):
-                            v.zero_()
+            if fresh_opt:  # a fresh optimizer's state is step 0 and zero moments
+                for opt in self.opts:
+                    for state in opt.state.values():
+                        for v in state.values():
+                            if isinstance(v, Tensor):
+                                v.zero_()
         for san in self.sanitizers:
             if san is not None:
                 san.reset_check()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._losses_out = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
-            self.opt.step()
+            self._optimizer_step()
         self._graph = graph
 
     def _latents_like(self) -> tuple[Tensor, Tensor | None]:
@@ -375,7 +377,8 @@ class BatchedSweep:
     def generator(self, i: int) -> nn.Module:
         """Member ``i``'s generator as a plain module (trained weights and BN statistics)."""
         G = copy.deepcopy(self.template)
-        sd = {k: v[i].detach().clone() for k, v in {**self.params, **self.buffers}.items()}
+        sd = {**{k: v.detach().clone() for k, v in self.member_params[i].items()},
+              **{k: v[i].detach().clone() for k, v in self.buffers.items()}}
         G.load_state_dict(sd)
         return G
 

@@ -50,7 +50,6 @@ from dpsynth.methods.dp_sinkhorn.plan import (
 )
 from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
 from dpsynth.methods.loop import drive
-from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.trainlog import TrainLog
 from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
@@ -66,8 +65,6 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
         raise ConfigError(f"{ctx.name}: method {ctx.experiment.method!r} cannot be trained together")
     if h.adversarial:
         raise ConfigError(f"{ctx.name}: hparams.adversarial: the adversarial variant cannot be trained together")
-    if h.optimizer != "adam":
-        raise ConfigError(f"{ctx.name}: hparams.optimizer {h.optimizer!r}: the batched sweep steps Adam only")
     q = h.batch_size / ctx.data.x_train.shape[0]
     sigma, steps = privacy_schedule(ctx, q, "poisson")
     if sigma is not None and h.sanitizer != "image":
@@ -76,13 +73,14 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
     plan = ctx.privacy_plan
     shared = {"arch": generator_arch(ctx), "n": h.batch_size, "n_extra": num_extra(h.batch_size, h.p), "q": q,
               "alpha_c": h.alpha_c, "eps": h.temperature, "n_iter": h.sinkhorn_iters or DEFAULT_ITERS,
-              "scaling": h.sinkhorn_scaling, "lr": h.lr, "betas": tuple(h.betas), "weight_decay": h.weight_decay,
+              "scaling": h.sinkhorn_scaling, "betas": tuple(h.betas), "weight_decay": h.weight_decay,
               "delta": plan.delta if sigma is not None else 1e-5,
               "target_epsilon": plan.epsilon if sigma is not None else None, "steps": steps,
               "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device),
               # the records themselves (a seed sweep under a train_subset trains on other subsets)
               "records": hashlib.sha256(np.ascontiguousarray(ctx.data.x_train).tobytes()).hexdigest()}
-    return shared, SweepMember(seed=ctx.seed, m=h.m, sigma=sigma, clip=h.clip, name=ctx.name)
+    return shared, SweepMember(seed=ctx.seed, m=h.m, sigma=sigma, clip=h.clip, name=ctx.name, optimizer=h.optimizer,
+                               lr=h.lr)
 
 
 def group_by_shape(ctxs: Sequence[TrainContext]) -> list[list[int]]:
@@ -101,41 +99,17 @@ def cell_done(ctx: TrainContext) -> bool:
     return bool(state is not None and state.get("done"))
 
 
-def _member_optimizer_state(sweep: BatchedSweep, i: int, G: torch.nn.Module) -> dict[str, Any]:
-    """Member ``i``'s Adam state as ``dpsynth train`` would hold it: the stacked Adam's slices
-    (elementwise, so slicing IS the member's own Adam)."""
-    opt = make_optimizer(G.parameters(), "adam", lr=sweep.shared.lr, betas=sweep.shared.betas,
-                           weight_decay=sweep.shared.weight_decay)
-    stacked = list(sweep.params.values())
-    for p_stacked, p in zip(stacked, G.parameters()):
-        st = sweep.opt.state.get(p_stacked)
-        if st:
-            opt.state[p] = {k: (v[i].clone() if torch.is_tensor(v) and v.dim() > 0 else
-                                v.clone() if torch.is_tensor(v) else v) for k, v in st.items()}
-    return opt.state_dict()
-
-
-def _stacked_optimizer_state(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The stacked Adam's state from each member's (the inverse of ``_member_optimizer_state``):
-    member i's moments become slice i; the step count is the members' common one."""
-    stacked = sweep.opt.state_dict()
-    per_param: dict[int, dict[str, Any]] = {}
-    for j in range(len(sweep.params)):
-        members = [st["state"].get(j) for st in states]
-        if any(m is None for m in members):
-            continue  # no step taken yet: Adam has no state for it
-        per_param[j] = {k: torch.stack([m[k] for m in members]) if torch.is_tensor(v) and v.dim() > 0 else v
-                        for k, v in members[0].items()}
-    return {"state": per_param, "param_groups": stacked["param_groups"]}
-
-
 def _resume_members(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> None:
-    """Put each member's checkpoint (the one ``dpsynth train CELL`` would resume) into slice i."""
+    """Put each member's checkpoint (the one ``dpsynth train CELL`` would resume) back: its weights,
+    its optimizer, its random streams, its guard; its BN statistics into slice i."""
     with torch.no_grad():
         for i, st in enumerate(states):
-            for k, v in {**sweep.params, **sweep.buffers}.items():
+            for k, v in sweep.member_params[i].items():
+                v.copy_(st["generator"][k])
+            for k, v in sweep.buffers.items():
                 v[i].copy_(st["generator"][k])
-    sweep.opt.load_state_dict(_stacked_optimizer_state(sweep, [st["optimizer"] for st in states]))
+    for opt, st in zip(sweep.opts, states):
+        opt.load_state_dict(st["optimizer"])
     for g, st in zip(sweep.gens, states):
         set_rng_state(st["rng"], g)
     sweep.guards = [None if st["guard"] is None else BudgetGuard.from_state_dict(st["guard"]) for st in states]
@@ -171,7 +145,7 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     dev = ctxs[0].device
     shared = SweepShared(arch=first["arch"], n=first["n"], n_extra=first["n_extra"], q=first["q"],
                          alpha_c=first["alpha_c"], eps=first["eps"], n_iter=first["n_iter"], scaling=first["scaling"],
-                         lr=first["lr"], betas=first["betas"], weight_decay=first["weight_decay"],
+                         betas=first["betas"], weight_decay=first["weight_decay"],
                          delta=first["delta"], target_epsilon=first["target_epsilon"])
     members = [m for _, m in plans]
     total = int(first["steps"])
@@ -205,7 +179,7 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
             G, guard = sweep.generator(i), sweep.guards[i]
             ck.save({"step": at, "total_steps": total, "sigma": members[i].sigma, "arch": shared.arch,
                      "done": done, "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
-                     "optimizer": _member_optimizer_state(sweep, i, G), "rng": rng_state(sweep.gens[i]),
+                     "optimizer": sweep.opts[i].state_dict(), "rng": rng_state(sweep.gens[i]),
                      "guard": guard.state_dict() if guard is not None else None, "adversary": None})
 
     def rows(losses: torch.Tensor) -> list[dict[str, float]]:

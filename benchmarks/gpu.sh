@@ -6,10 +6,12 @@
 #   bash benchmarks/gpu.sh --dry-run       # CPU plumbing check (tiny; what tests/test_gpu_bench.py runs)
 #
 # Runs, with the repo's .venv when present (else python on PATH):
-#   (a) `dpsynth bench dp-sinkhorn --sweep 8`: the training step -- published-style reference,
-#       the fast step (CUDA graph on a GPU) beside the same step eager, generator floor --
-#       and a batched sweep of 8 configurations against the same 8 one after another
-#       -> $OUT/gpu_step_sweep.json
+#   (a) `dpsynth bench dp-sinkhorn --sweep 8 --levers all`: the training step -- published-style
+#       reference, the fast step (CUDA graph on a GPU) beside the same step eager, generator floor
+#       (graphed, as the step) --, the step with each GPU lever added in turn (cudnn_benchmark,
+#       channels_last, fused_adam, bf16: methods/dp_sinkhorn/tuning.py) and the floor with all of
+#       them, and a batched sweep of 8 configurations (one CUDA graph) against the same 8 one after
+#       another -> $OUT/gpu_step_sweep.json
 #   (b) a timed slice of the paper-scale MNIST DP-Sinkhorn run, `dpsynth train dps_mnist` at
 #       scale paper with --max-steps-this-run, in a temporary models/private directory (never
 #       the real runs'), projected to the full run's wall-clock -> $OUT/gpu_train_slice.json
@@ -35,6 +37,7 @@
 #   FID_WEIGHTS  a local Inception weights file for the probe's FID (default: params' fid_weights, else
 #                the caches `make env` fills; never downloaded: without one FID is reported unavailable)
 #   BENCH_STEPS, BENCH_TRIALS, BENCH_WARMUP, SWEEP   bench settings (default 200, 5, 20, 8)
+#   LEVERS       the levers the bench adds one at a time (default all; --dry-run: two cheap ones)
 #   KEEP_WORK=1  keep the temporary work directory (its private/ holds a checkpoint: never share it)
 set -euo pipefail
 
@@ -68,7 +71,8 @@ if (( DRY_RUN )); then
   PROBE_STEPS=${PROBE_STEPS:-6}
   PROBE_SCALE=smoke
   DRY_TOTAL_STEPS=200             # the dry run's "full run", projected like the paper's
-  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2)
+  # two cheap levers only: bf16 under the CPU's autocast takes ~10 s a step
+  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2 --levers cudnn_benchmark,fused_adam)
 else
   DEVICE=${DEVICE:-cuda}
   EXPERIMENT=dps_mnist
@@ -76,7 +80,7 @@ else
   PROBE_STEPS=${PROBE_STEPS:-18000}
   PROBE_SCALE=quick
   BENCH=(--steps "${BENCH_STEPS:-200}" --trials "${BENCH_TRIALS:-5}" --warmup "${BENCH_WARMUP:-20}"
-         --sweep "${SWEEP:-8}")
+         --sweep "${SWEEP:-8}" --levers "${LEVERS:-all}")
 fi
 OUT=${OUT:-$REPO/benchmarks/results}
 PARAMS=${PARAMS:-$REPO/params.yaml}
@@ -149,9 +153,10 @@ TRAIN=("$PY" -m dpsynth.cli train "$EXPERIMENT" --params "$WORK/params.yaml" --d
  --max-steps-this-run $SLICE_STEPS" \
   --out "$OUT/gpu_train_slice.json"
 
-echo "== (c) fidelity probe: $EXPERIMENT at scale $PROBE_SCALE, $PROBE_STEPS steps, sampled and evaluated on $DEVICE" >&2
+echo "== (c) fidelity probe: $EXPERIMENT at scale $PROBE_SCALE, $PROBE_STEPS steps, evaluated on $DEVICE" >&2
 P=$WORK/probe  # its own models/private/results: the slice's checkpoint of the same experiment stays apart
 PP=(--params "$WORK/probe_params.yaml")
+EVAL_DIRS=(--models "$P/models" --synthetic "$P/synthetic" --results "$P/results" --private-out "$P/private")
 t=$(now)
 "$PY" -m dpsynth.cli train "$EXPERIMENT" "${PP[@]}" --device "$DEVICE" --out "$P/models" --private-out "$P/private" \
   --no-progress --json > "$WORK/probe_train_stdout.txt"
@@ -159,7 +164,7 @@ TRAIN_S=$(seconds_since "$t"); t=$(now)
 "$PY" -m dpsynth.cli sample "$EXPERIMENT" "${PP[@]}" --models "$P/models" --out "$P/synthetic" \
   --results "$P/results" --private-out "$P/private" >&2
 SAMPLE_S=$(seconds_since "$t"); t=$(now)
-"$PY" -m dpsynth.cli evaluate "$EXPERIMENT" "${PP[@]}" --models "$P/models" --synthetic "$P/synthetic" --results "$P/results" --private-out "$P/private" --device "$DEVICE" >&2
+"$PY" -m dpsynth.cli evaluate "$EXPERIMENT" "${PP[@]}" "${EVAL_DIRS[@]}" --device "$DEVICE" >&2
 EVALUATE_S=$(seconds_since "$t")
 "$PY" "$REPO/benchmarks/gpu_summary.py" fidelity --train-stdout "$WORK/probe_train_stdout.txt" \
   --privacy "$P/models/$EXPERIMENT/privacy.json" --metrics "$P/results/runs/$EXPERIMENT/metrics.json" \

@@ -162,11 +162,14 @@ def slice_result(summary: dict[str, Any], source: str, requested: int) -> dict[s
                                  "met": seconds / 60 < TARGET_FULL_RUN_MINUTES},
         },
         "finished": bool(summary.get("finished", False)),
-        # which training step ran, as the trainer reports it (absent from older summaries)
-        "train_step_path": ("cuda_graph" if summary.get("cuda_graph") else
-                            "fast_step eager" if summary.get("fast_step") else
-                            "plain" if "fast_step" in summary else "not reported"),
+        "train_step_path": _step_path(summary),
     }
+
+
+def _step_path(summary: dict[str, Any]) -> str:
+    """Which training step ran, as the trainer reports it (absent from older summaries)."""
+    return ("cuda_graph" if summary.get("cuda_graph") else "fast_step eager" if summary.get("fast_step") else
+            "plain" if "fast_step" in summary else "not reported")
 
 
 def cmd_slice(a: argparse.Namespace) -> None:
@@ -227,6 +230,7 @@ def fidelity_result(train: dict[str, Any], privacy: dict[str, Any], metrics: dic
         "experiment": exp, "scale": metrics["scale"], "steps": steps, "steps_requested": requested,
         "wall_seconds": {**seconds, "total": round(sum(seconds.values()), 3)},
         "train_steps_per_s": rate, "train_steps_per_s_wall": steps / seconds["train"],
+        "train_step_path": _step_path(train),
         "accuracy": accuracy, "fid": _mean(fid), "kid": _mean(fid.get("kid")), "fid_inf": _mean(fid.get("fid_inf")),
         "fid_unavailable_reason": None if fid.get("available") else fid.get("reason", "not recorded"),
         "n_synthetic": metrics.get("n_synthetic"), "evaluate_seconds": ev_s,
@@ -311,7 +315,7 @@ def cmd_report(a: argparse.Namespace) -> None:
         fid = f"FID {fi['fid']:.2f}, KID {fi['kid']:.4g}" if fi["fid"] is not None and fi["kid"] is not None else \
             f"FID {fi['fid']:.2f}" if fi["fid"] is not None else f"FID unavailable ({fi['fid_unavailable_reason']})"
         lines += ["", f"fidelity probe ({fi['experiment']}, scale {fi['scale']}, {fi['steps']:,} steps on "
-                      f"{fi['device']}, epsilon {fi['epsilon']:.3g}): train {w['train']:.1f} s "
+                      f"{fi['device']}, epsilon {fi['epsilon']:.3f}): train {w['train']:.1f} s "
                       f"({fi['train_steps_per_s']:.1f} steps/s), sample {w['sample']:.1f} s, "
                       f"evaluate {w['evaluate']:.1f} s (" + ", ".join(f"{k} {v:g}" for k, v in ev.items()) + ")",
                   "  accuracy " + ", ".join(f"{k} {v:.4f}" for k, v in fi["accuracy"].items()) + f"; {fid}"]

@@ -249,8 +249,8 @@ def test_spec_rejects_bad_values():
 def test_cuda_graph_step_equals_eager_step_on_gpu():
     """On a GPU the captured step replays the eager step's math (float32, 1e-4 relative on the
     loss: the graph path pads the real batch to a fixed capacity, a different summation); so does the
-    batched sweep's graph of K = 2 members, member by member (the same draws from each member's
-    generators; 1e-4 relative on each loss over 3 steps)."""
+    batched sweep's graph of K = 2 members (one on Adam, one on SGD), member by member (the same draws
+    from each member's generators; 1e-4 relative on each loss over 3 steps)."""
     dev = torch.device("cuda")
     x_all, y_all = _data(400, torch.float32)
     x_all, y_all = x_all.to(dev), y_all.to(dev)
@@ -270,7 +270,7 @@ def test_cuda_graph_step_equals_eager_step_on_gpu():
     from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
 
     shared = SweepShared(arch={"name": "dcgan", "kwargs": DCGAN}, n=10, n_extra=2, q=10 / 400, lr=1e-5)
-    members = [SweepMember(seed=0), SweepMember(seed=1, m=1.0, sigma=0.8, clip=0.3)]
+    members = [SweepMember(seed=0), SweepMember(seed=1, m=1.0, sigma=0.8, clip=0.3, optimizer="sgd", lr=1e-3)]
     sweeps = [BatchedSweep(shared, members, x_all, y_all, cuda_graph=graph) for graph in (False, True)]
     assert [s.cuda_graph for s in sweeps] == [False, True]
     for _ in range(3):

@@ -181,10 +181,10 @@ class BatchedSweep:
         self.member_params = [{k: v.detach().clone().requires_grad_(True) for k, v in G.named_parameters()}
                               for G in models]
         self.buffers = {k: v.detach().clone() for k, v in stack_module_state(models)[1].items()}
-        graphable = all(mem.optimizer != "sgd" for mem in self.members)  # SGD is not built capturable
-        self.cuda_graph = (self.device.type == "cuda" and graphable) if cuda_graph is None else cuda_graph
-        if self.cuda_graph and (self.device.type != "cuda" or not graphable):
-            raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors and no SGD member")
+        # (SGD without momentum keeps no state: its update is device ops alone, capturable as it is)
+        self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
+        if self.cuda_graph and self.device.type != "cuda":
+            raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors")
         self.opts = [mem.optimizer_for(list(mp.values()), shared, capturable=self.cuda_graph)
                      for mem, mp in zip(self.members, self.member_params)]
         self._meta = copy.deepcopy(self.template).to("meta")

@@ -184,10 +184,12 @@ def _sweep_lists(p_values: list[float], epsilons: list[float]):
     return patch
 
 
-def assert_adds_exactly(base: Path, more: Path, cells: list[str]) -> None:
-    """``more``'s DAG is ``base``'s plus ``cells``' train, sample and evaluate outputs, in both runners."""
+def assert_adds_exactly(base: Path, more: Path, cells: list[str], privatized: tuple[str, ...] = ()) -> None:
+    """``more``'s DAG is ``base``'s plus ``cells``' train, sample and evaluate outputs (and the privatized
+    copies of the ``privatized`` ones), in both runners."""
     want = {f"models/{cell}/{f}" for cell in cells
             for f in ("generator.pt", "privacy.json", "train_summary.json", "train_log.csv")}
+    want |= {f"data/privatized/{cell}.{ext}" for cell in privatized for ext in ("npz", "json")}
     want |= {f for cell in cells for f in (f"data/synthetic/{cell}", f"results/runs/{cell}/samples.png",
                                            f"results/runs/{cell}/metrics.json", f"results/runs/{cell}/headline.json")}
     for outputs in (snakemake_outputs, lambda d: {k: v[0] for k, v in dvc_stages(d).items()}):
@@ -211,6 +213,37 @@ def test_one_more_sweep_value_adds_exactly_its_cell_in_both_dags(tmp_path):
     dvc_names = {n for n, *_ in dvc_stage_list(more)} - {n for n, *_ in dvc_stage_list(base)}
     assert dvc_names == {f"{r}_{cell}" for r in ("train", "sample", "evaluate")
                          for cell in ("pm_fmnist_quick@0.5-1", "eps_fmnist@3.0")}
+
+
+def _local_epsilons(epsilons: list[float]):
+    """A targeted sweep over the LOCAL epsilon of the half circle's Gaussian-privatized experiment
+    (Reshetova et al.'s figures at several local epsilons)."""
+    def patch(p: dict) -> None:
+        p["sweeps"]["leps"] = {"base": "ewgan_half_circle_gauss", "grid": {"epsilon": epsilons}}
+        p["pipeline"]["sweeps"] = [*p["pipeline"]["sweeps"], "leps"]
+    return patch
+
+
+def test_a_local_epsilon_sweep_privatizes_each_cell_in_both_dags(tmp_path):
+    """The local epsilon is a sweep key: each cell privatizes its own copy of the records at its epsilon
+    (a privatize job per cell) and trains on it; one more value adds exactly that cell's privatize, train,
+    sample and evaluate jobs, in Snakemake and DVC alike. (Before, a sweep over a local-DP experiment was
+    refused.) The cells' privatized data are separate releases: the ledger composes them (basic
+    composition, report/ledger.py)."""
+    from dpsynth.config import load_params
+
+    base = copy_workflow(tmp_path / "a", _local_epsilons([2.0, 5.0]))
+    more = copy_workflow(tmp_path / "b", _local_epsilons([2.0, 5.0, 10.0]))
+    params = load_params(more / "params.yaml")
+    cell = params.all_experiments()["leps-epsilon10.0"]
+    assert cell.local is not None and cell.local.epsilon == 10.0 and cell.local.mechanism == "gaussian"
+    assert params.privatized_targets()["leps-epsilon10.0"] == "manifold2d_half_circle"
+    assert (base / "dvc.yaml").read_text() == (more / "dvc.yaml").read_text()  # the list lives in params.yaml
+    assert_adds_exactly(base, more, ["leps-epsilon10.0"], privatized=("leps-epsilon10.0",))
+    stages = {n: (deps, cmd) for n, deps, _, cmd in dvc_stage_list(more)}
+    deps, _ = stages["train_leps@10.0"]
+    assert "data/privatized/leps-epsilon10.0.npz" in deps and "data/processed/manifold2d_half_circle.npz" not in deps
+    assert stages["privatize_leps@10.0"][1] == "dpsynth privatize leps-epsilon10.0 --params params.yaml"
 
 
 def test_changing_datasets_changes_both_dags(tmp_path):

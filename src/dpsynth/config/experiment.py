@@ -224,6 +224,11 @@ def expand_sweep(sname: str, sweep: Sweep, base: Experiment) -> dict[str, Experi
                 if not base.privacy.enabled:
                     raise ConfigError(f"sweeps.{sname}: sigma swept but base experiment {sweep.base!r} is non-private")
                 data["privacy"]["sigma"], data["privacy"]["steps"] = v, None
+            elif k == "epsilon" and base.local is not None:  # the local epsilon: each cell privatizes anew
+                if base.privacy.enabled:
+                    raise ConfigError(f"sweeps.{sname}: epsilon swept but base experiment {sweep.base!r} has both "
+                                      "a local and a central epsilon; sweep one of them in an experiment with only it")
+                data["local"]["epsilon"] = v
             elif k == "epsilon":  # the target; sigma (or the steps) is then derived as for the base
                 if not base.privacy.enabled:
                     raise ConfigError(f"sweeps.{sname}: epsilon swept but base experiment {sweep.base!r} is "

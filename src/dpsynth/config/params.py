@@ -162,9 +162,6 @@ class Params(Strict):
             if s not in self.sweeps:
                 raise KeyedValueError("pipeline.sweeps", self._unknown_sweep(s))
             base = self.experiments.get(self.sweeps[s].base)
-            if base is not None and base.local is not None:
-                raise KeyedValueError("pipeline.sweeps", f"sweep {s!r} is over a local-DP experiment (its privatized "
-                                      "data is made per experiment); list its cells as experiments instead")
             if base is not None and base.dataset not in self.datasets:
                 raise KeyedValueError("pipeline.sweeps", f"sweep {s!r} trains on {base.dataset!r}, which is not in "
                                       "datasets")
@@ -294,7 +291,8 @@ class Params(Strict):
         return out
 
     def privatized_targets(self) -> dict[str, str]:
-        """The local-DP targets, privatized once before training: experiment -> dataset."""
+        """The local-DP targets, privatized once before training: experiment (or sweep cell: each cell of
+        a sweep over a local-DP experiment privatizes its own copy, at its own settings) -> dataset."""
         return {name: t.dataset for name, t in self.pipeline_targets().items() if t.data.startswith("privatized/")}
 
     def warm_starts(self) -> dict[str, str]:

@@ -102,8 +102,8 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
     """privatize, warmstart and the train/sample/evaluate groups of ``pipeline.experiments``."""
     stages: dict[str, Any] = {}
     targets = params.pipeline_targets()
-    privatized = params.privatized_targets()  # only experiments: a sweep over local-DP data is refused
-    if privatized:
+    privatized = {n: d for n, d in params.privatized_targets().items() if n in params.pipeline.experiments}
+    if privatized:  # (a sweep's cells privatize in its own matrix group: _sweep_groups)
         stages["privatize"] = {"foreach": privatized, "do": {
             "cmd": "dpsynth privatize ${key} --params params.yaml",
             "deps": [settings_path("privatize", "${key}"), "data/processed/${item}.npz", *_code("privatize")],
@@ -139,7 +139,8 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
     else:  # every cell sets the same keys (config checks), so one name template fits them all
         loop = {"foreach": f"${{sweeps.{sweep}.cells}}"}
     run = sweep + cell_suffix({k: f"${{item.{k}}}" for k in keys})
-    data = [f"data/processed/{base.dataset}.npz"]
+    local = base.local is not None  # each cell privatizes its own copy at its settings, then trains on it
+    data = [f"data/privatized/{run}.npz" if local else f"data/processed/{base.dataset}.npz"]
     warm = {params.warmstart_for(c) for c in params.cells_of(sweep)}
     if warm != {None}:
         if len(warm) != 1:
@@ -147,7 +148,12 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
                               "cells need different warm starts, which one DVC group cannot name; list the cells "
                               "as experiments instead")
         data.append(f"private/warmstart/{warm.pop()}/critics.pt")
+    privatize = {f"privatize_{sweep}": {
+        **loop, "cmd": f"dpsynth privatize {run} --params params.yaml",
+        "deps": [settings_path("privatize", run), f"data/processed/{base.dataset}.npz", *_code("privatize")],
+        "outs": [f"data/privatized/{run}.npz", f"data/privatized/{run}.json"]}} if local else {}
     return {
+        **privatize,
         f"train_sweep_{sweep}": {
             "cmd": f"dpsynth train-sweep {sweep} --params params.yaml --no-progress",
             "deps": [settings_path("train_sweep", sweep), f"data/processed/{base.dataset}.npz", *_code("train")],

@@ -359,3 +359,33 @@ def test_fused_adam_is_the_same_update():
     assert torch.allclose(outs[0], outs[1], rtol=1e-6, atol=1e-7)
     with pytest.raises(ConfigError, match="fused optimizer is Adam's"):
         make_optimizer([torch.nn.Parameter(torch.zeros(1))], "rmsprop", lr=1e-3, fused=True)
+
+
+def test_a_captures_warm_up_leaves_weights_statistics_and_optimizer_as_handed_over():
+    """The warm-up before every CUDA graph capture (FastStep, the batched sweep, the benchmark's floor:
+    methods/dp_sinkhorn/graph.py) takes real steps; afterwards the weights, the BN statistics and a fresh
+    Adam's state (step 0, zero moments) are exactly as handed over, and a resumed Adam's are its own --
+    so the first replayed step is the run's next step. (The capture itself needs a GPU: the CUDA test.)"""
+    from dpsynth.methods.dp_sinkhorn.graph import warm_up
+
+    x_all, y_all = _data(200, torch.float32)
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
+                    clip=0.5, sigma=1.1, q=10 / 200)
+    torch.manual_seed(0)
+    G = build_generator("dcgan", **DCGAN)
+    opt = torch.optim.Adam(G.parameters(), lr=1e-3)
+    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"), 1)}
+    step = FastStep(G, opt, x_all, y_all, spec, gens)
+    for resumed in (False, True):
+        before = {k: v.clone() for k, v in G.state_dict().items()}
+        moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in opt.state.items()}
+        warm_up(step, keep=[*G.parameters(), *G.buffers()], optimizers=[opt])
+        assert all(torch.equal(G.state_dict()[k], v) for k, v in before.items())
+        assert opt.state  # the warm-up stepped Adam
+        for p, st in opt.state.items():
+            want = moments.get(id(p)) if resumed else None
+            for k, v in st.items():
+                assert torch.equal(v, want[k]) if want else not v.any(), (resumed, k)
+        if not resumed:
+            for _ in range(2):  # now a "resumed" optimizer, with moments of its own
+                step()

@@ -84,18 +84,11 @@ class GeneratorFloor:
         self.opt.step()
 
     def _capture(self, z: torch.Tensor, labels: torch.Tensor | None) -> None:
-        import torch
+        from dpsynth.methods.dp_sinkhorn.graph import capture_step
 
         self._static = (z.clone(), None if labels is None else labels.clone())
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: allocator, cuDNN plans (and its search), Adam state
-            for _ in range(3):
-                self._body(*self._static)
-        torch.cuda.current_stream().wait_stream(side)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._body(*self._static)
+        self._graph, _ = capture_step(lambda: self._body(*self._static), keep=[*self.G.parameters(), *self.G.buffers()],
+                                      optimizers=[self.opt])
 
     def __call__(self) -> None:
         z = self.G.sample_latent(self.total, self.gen)

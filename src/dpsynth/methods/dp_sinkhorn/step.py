@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import partition_batch, poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.graph import capture_step
 from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.nets.dcgan import DCGANGenerator
@@ -240,35 +241,15 @@ class FastStep:
                              "labels": labels}
         if any(not g.get("capturable", False) for g in self.opt.param_groups):
             raise ConfigError("FastStep(cuda_graph=True) needs an optimizer built with capturable=True")
-        # Warm-up steps (allocator, cuDNN plans, Adam state) change weights, BN statistics and
-        # Adam moments: snapshot them and restore in place afterwards, so the first replayed
-        # step starts from exactly the state the caller handed us.
-        fresh_opt = not self.opt.state
-        keep = [t for t in (*self.G.parameters(), *self.G.buffers())]
-        keep += [v for st in self.opt.state.values() for v in st.values() if isinstance(v, Tensor)]
-        saved = [t.detach().clone() for t in keep]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
-                self.opt.step()
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.no_grad():
-            for t, v in zip(keep, saved):
-                t.copy_(v)
-            if fresh_opt:  # Adam's fresh state is step 0 and zero moments
-                for st_ in self.opt.state.values():
-                    for v in st_.values():
-                        if isinstance(v, Tensor):
-                            v.zero_()
-        if self.sanitizer is not None:
-            self.sanitizer.reset_check()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._loss_out = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
+
+        def step() -> Tensor:  # captured after a warm-up whose changes are undone (graph.capture_step)
+            loss = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
             self.opt.step()
-        self._graph = graph
+            return loss
+
+        reset = self.sanitizer.reset_check if self.sanitizer is not None else (lambda: None)
+        self._graph, self._loss_out = capture_step(step, keep=[*self.G.parameters(), *self.G.buffers()],
+                                                   optimizers=[self.opt], before_capture=reset)
 
     def _draw_static_like(self) -> tuple[Tensor, Tensor | None]:
         s = self.spec

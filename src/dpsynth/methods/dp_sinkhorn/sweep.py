@@ -41,6 +41,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods.dp_sinkhorn.batch import poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.graph import capture_step
 from dpsynth.methods.dp_sinkhorn.plan import latent_generator
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
@@ -306,35 +307,20 @@ class BatchedSweep:
         st = self._static = {"xs": torch.stack([d[0] for d in drawn]), "ys": torch.stack([d[1] for d in drawn]),
                              "w": torch.stack([d[2] for d in drawn]), "k": torch.stack([d[3] for d in drawn]),
                              "z": z, "labels": labels}
-        fresh_opt = not any(opt.state for opt in self.opts)
-        keep = [*(v for mp in self.member_params for v in mp.values()), *self.buffers.values()]
-        keep += [v for opt in self.opts for state in opt.state.values() for v in state.values()
-                 if isinstance(v, Tensor)]
-        saved = [t.detach().clone() for t in keep]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
-                self._optimizer_step()
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.no_grad():
-            for t, v in zip(keep, saved):
-                t.copy_(v)
-            if fresh_opt:  # a fresh optimizer's state is step 0 and zero moments
-                for opt in self.opts:
-                    for state in opt.state.values():
-                        for v in state.values():
-                            if isinstance(v, Tensor):
-                                v.zero_()
-        for san in self.sanitizers:
-            if san is not None:
-                san.reset_check()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._losses_out = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
+
+        def step() -> Tensor:
+            losses = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
             self._optimizer_step()
-        self._graph = graph
+            return losses
+
+        def reset() -> None:
+            for san in self.sanitizers:
+                if san is not None:
+                    san.reset_check()
+
+        self._graph, self._losses_out = capture_step(
+            step, keep=[*(v for mp in self.member_params for v in mp.values()), *self.buffers.values()],
+            optimizers=self.opts, before_capture=reset)
 
     def _latents_like(self) -> tuple[Tensor, Tensor | None]:
         total, k = self.shared.n + self.shared.n_extra, len(self.members)

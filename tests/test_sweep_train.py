@@ -264,3 +264,36 @@ def test_an_optimizer_by_learning_rate_sweep_is_one_group(tmp_path: Path, digits
     assert groups("ol", [f"ol-lr{lr}-optimizer{o}" for o in ("adam", "rmsprop", "sgd") for lr in ("0.0001", "0.001")]) \
         == [[0, 1, 2, 3, 4, 5]]
     assert groups("bs", ["bs-batch_size20", "bs-batch_size40"]) == [[0], [1]]
+
+
+def test_cells_with_their_own_step_counts_train_as_one_group(tmp_path: Path, digits28_processed: Path) -> None:
+    """A sigma sweep at a step budget gives each cell its own step count (budget x N(cell) / N(base)):
+    the cells still form ONE group, which steps to the first member's end, finishes it there and goes on
+    with the rest from their checkpoints. Each cell ends at its own step count with the weights it gets
+    trained alone (reproducible noise; the together/alone tolerance of the test above) and its accountant's
+    steps. Before, each such cell was a group of one (ICLR Table 5's batch x sigma grid could not pack)."""
+    from dpsynth.cli import main
+    from dpsynth.methods.dp_sinkhorn.together import group_by_shape, train_together
+    from dpsynth.stages.train import build_context
+
+    params = _params(tmp_path, digits28_processed, {"sigma": [0.8, 1.6]}, steps=3, noise="reproducible")
+    cells = ["sw-sigma0.8", "sw-sigma1.6"]
+
+    def contexts(root: str) -> list:
+        return [build_context(c, params_file=str(params), out=str(tmp_path / root / "models"),
+                              private_out=str(tmp_path / root / "private"), device="cpu", progress=False)
+                for c in cells]
+
+    assert group_by_shape(contexts("together")) == [[0, 1]]
+    out = train_together(contexts("together"), "group0")
+    own = [s["steps"] for s in out]
+    assert all(s["finished"] for s in out) and own[0] < own[1], out  # the larger sigma buys more steps
+    for cell, steps in zip(cells, own):
+        assert main(["train", cell, "--params", str(params), "--no-progress", *_dirs(tmp_path / "alone")]) == 0
+        alone = json.loads((tmp_path / "alone" / "models" / cell / "privacy.json").read_text())
+        assert alone["steps"] == steps, (cell, alone["steps"], steps)
+        got = torch.load(tmp_path / "together" / "private" / "runs" / cell / "checkpoint.pt", weights_only=False)
+        assert got["done"] and got["step"] == got["total_steps"] == steps
+        ref = _weights(tmp_path / "alone" / "models" / cell / "generator.pt")
+        for k, v in ref.items():
+            torch.testing.assert_close(got["generator"][k].double(), v, rtol=0, atol=1e-3, msg=f"{cell}: {k}")

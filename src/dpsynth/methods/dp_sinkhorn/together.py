@@ -56,9 +56,10 @@ from dpsynth.privacy.report import BudgetGuard
 
 __all__ = ["TOGETHER_KEY", "member_plan", "group_by_shape", "train_together", "cell_done", "resume_step"]
 
-def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
-    """What must be equal across a group (``shared``) and what is the cell's own (its member),
-    with an error naming the cell and the key for a cell the batched sweep cannot train."""
+def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember, int]:
+    """What must be equal across a group (``shared``), what is the cell's own (its member) and its step
+    count (its own: a cell whose sigma differs trains another number of steps), with an error naming
+    the cell and the key for a cell the batched sweep cannot train."""
     validate_data(ctx)
     h = ctx.experiment.hparams
     if not ctx.experiment.spec.trains_together:
@@ -75,12 +76,12 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember]:
               "alpha_c": h.alpha_c, "eps": h.temperature, "n_iter": h.sinkhorn_iters or DEFAULT_ITERS,
               "scaling": h.sinkhorn_scaling, "betas": tuple(h.betas), "weight_decay": h.weight_decay,
               "delta": plan.delta if sigma is not None else 1e-5,
-              "target_epsilon": plan.epsilon if sigma is not None else None, "steps": steps,
+              "target_epsilon": plan.epsilon if sigma is not None else None,
               "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device),
               # the records themselves (a seed sweep under a train_subset trains on other subsets)
               "records": hashlib.sha256(np.ascontiguousarray(ctx.data.x_train).tobytes()).hexdigest()}
     return shared, SweepMember(seed=ctx.seed, m=h.m, sigma=sigma, clip=h.clip, name=ctx.name, optimizer=h.optimizer,
-                               lr=h.lr)
+                               lr=h.lr), int(steps)
 
 
 def group_by_shape(ctxs: Sequence[TrainContext]) -> list[list[int]]:
@@ -88,7 +89,7 @@ def group_by_shape(ctxs: Sequence[TrainContext]) -> list[list[int]]:
     ``p``, and the same step to resume from: ``resume_step``), in first-seen order."""
     groups: dict[str, list[int]] = {}
     for i, ctx in enumerate(ctxs):
-        shared, _ = member_plan(ctx)
+        shared, _, _ = member_plan(ctx)
         groups.setdefault(repr((sorted(shared.items()), resume_step(ctx))), []).append(i)
     return list(groups.values())
 
@@ -129,10 +130,12 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
 
     There is no group checkpoint: each member's state is its own run's checkpoint (weights, Adam's
     moments, every random stream, its guard and log), the format of ``methods/loop.py``, so a killed
-    group resumes from its members' checkpoints (all at one step) and each cell could resume alone."""
+    group resumes from its members' checkpoints (all at one step) and each cell could resume alone.
+    Members train their own step counts (a cell whose sigma differs has another): the group steps to the
+    smallest, those done there finish, and the rest go on as a smaller group from their checkpoints."""
     plans = [member_plan(c) for c in ctxs]
     first = plans[0][0]
-    for ctx, (shared, _) in zip(ctxs[1:], plans[1:]):
+    for ctx, (shared, _, _) in zip(ctxs[1:], plans[1:]):
         diff = sorted(k for k in first if first[k] != shared[k])
         if diff:
             raise ConfigError(f"{ctx.name} and {ctxs[0].name} cannot share a batched sweep: they differ in "
@@ -147,8 +150,9 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
                          alpha_c=first["alpha_c"], eps=first["eps"], n_iter=first["n_iter"], scaling=first["scaling"],
                          betas=first["betas"], weight_decay=first["weight_decay"],
                          delta=first["delta"], target_epsilon=first["target_epsilon"])
-    members = [m for _, m in plans]
-    total = int(first["steps"])
+    members = [m for _, m, _ in plans]
+    own_steps = [n for _, _, n in plans]
+    total = min(own_steps)  # in lock-step to the first member's end
     # The cells' own randomness: seeded latents (as the trainer), secret sampling and noise.
     gens = [{"model": latent_generator(c.seed, dev),
              "data": c.noise.torch_generator(dev, 2), "noise": c.noise.torch_generator(dev, 3)} for c in ctxs]
@@ -172,13 +176,14 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     for ck, log in zip(ckpts, logs):
         ck.log = log
 
-    def save(at: int, done: bool = False) -> None:
-        """Every member's checkpoint, in the format (and place) of its own `dpsynth train`."""
+    def save(at: int) -> None:
+        """Every member's checkpoint, in the format (and place) of its own `dpsynth train` (finished at
+        its own step count)."""
         sweep.check()
         for i, ck in enumerate(ckpts):
             G, guard = sweep.generator(i), sweep.guards[i]
-            ck.save({"step": at, "total_steps": total, "sigma": members[i].sigma, "arch": shared.arch,
-                     "done": done, "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
+            ck.save({"step": at, "total_steps": own_steps[i], "sigma": members[i].sigma, "arch": shared.arch,
+                     "done": at >= own_steps[i], "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
                      "optimizer": sweep.opts[i].state_dict(), "rng": rng_state(sweep.gens[i]),
                      "guard": guard.state_dict() if guard is not None else None, "adversary": None})
 
@@ -202,9 +207,13 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
                        rows=rows, guards=[], save=save, on_log=on_log,
                        epsilons=lambda: [g.epsilon_spent() if g is not None else math.inf for g in sweep.guards])
     sweep.check()
-    finished = step >= total
-    save(step, done=finished)  # a timed slice: resumable; else each cell's finished checkpoint
-    if not finished:
-        return [{"experiment": c.name, "steps": step, "total_steps": total, "finished": False} for c in ctxs]
-    return [{"experiment": c.name, "steps": step, "finished": True, "sigma": members[i].sigma, TOGETHER_KEY: group,
-             "steps_per_s_this_run": round(rate, 3)} for i, c in enumerate(ctxs)]
+    save(step)  # resumable; each member that reached its own step count finished
+    rest = [c for c, n in zip(ctxs, own_steps) if n > step]
+    out = [{"experiment": c.name, "steps": step, "total_steps": n, "finished": False} if n > step else
+           {"experiment": c.name, "steps": step, "finished": True, "sigma": members[i].sigma, TOGETHER_KEY: group,
+            "steps_per_s_this_run": round(rate, 3)} for i, (c, n) in enumerate(zip(ctxs, own_steps))]
+    if step < total or not rest or lead.max_steps_this_run is not None:
+        return out  # a timed slice (the rest resumes on the next run), or every member finished
+    done = {s["experiment"]: s for s in out if s["finished"]}
+    later = {s["experiment"]: s for s in train_together(rest, group, forward_mode)}  # from their checkpoints
+    return [done.get(c.name) or later[c.name] for c in ctxs]

@@ -283,17 +283,22 @@ def test_cuda_graph_step_equals_eager_step_on_gpu():
 # --------------------------------------------------------------------------- GPU speed levers (tuning.py)
 
 
+def _float32_step(records: int, sigma: float, lr: float, tuning=None):
+    """A float32 FastStep on ``records`` random digits (seeded weights and generators): (G, Adam, step)."""
+    x_all, y_all = _data(records, torch.float32)
+    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
+                    clip=0.5, sigma=sigma, q=10 / records)
+    torch.manual_seed(0)
+    G = build_generator("dcgan", **DCGAN)
+    opt = torch.optim.Adam(G.parameters(), lr=lr)
+    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"), 1)}
+    return G, opt, FastStep(G, opt, x_all, y_all, spec, gens, tuning=tuning)
+
+
 def _tuned_run(tuning, steps: int = 3):
     """Three zero-noise steps (sigma 0: the clip alone, so two runs are comparable) recording what the
     image sanitizer receives and what it releases into the generator's backward."""
-    x_all, y_all = _data(400, torch.float32)
-    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
-                    clip=0.5, sigma=0.0, q=10 / 400)
-    torch.manual_seed(0)
-    G = build_generator("dcgan", **DCGAN)
-    opt = torch.optim.Adam(G.parameters(), lr=1e-5)
-    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"), 1)}
-    step = FastStep(G, opt, x_all, y_all, spec, gens, tuning=tuning)
+    _, _, step = _float32_step(400, 0.0, 1e-5, tuning)
     released, received = [], []
     release = step.sanitizer.release_batch
 
@@ -368,14 +373,7 @@ def test_a_captures_warm_up_leaves_weights_statistics_and_optimizer_as_handed_ov
     so the first replayed step is the run's next step. (The capture itself needs a GPU: the CUDA test.)"""
     from dpsynth.methods.dp_sinkhorn.graph import warm_up
 
-    x_all, y_all = _data(200, torch.float32)
-    spec = StepSpec(n=10, n_extra=2, num_classes=10, alpha_c=15.0, eps=0.05, n_iter=30, scaling=0.5, m=0.0,
-                    clip=0.5, sigma=1.1, q=10 / 200)
-    torch.manual_seed(0)
-    G = build_generator("dcgan", **DCGAN)
-    opt = torch.optim.Adam(G.parameters(), lr=1e-3)
-    gens = {k: torch.Generator().manual_seed(i) for i, k in enumerate(("model", "data", "noise"), 1)}
-    step = FastStep(G, opt, x_all, y_all, spec, gens)
+    G, opt, step = _float32_step(200, 1.1, 1e-3)
     for resumed in (False, True):
         before = {k: v.clone() for k, v in G.state_dict().items()}
         moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in opt.state.items()}

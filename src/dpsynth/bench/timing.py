@@ -87,7 +87,8 @@ class GeneratorFloor:
         from dpsynth.methods.dp_sinkhorn.graph import capture_step
 
         self._static = (z.clone(), None if labels is None else labels.clone())
-        self._graph, _ = capture_step(lambda: self._body(*self._static), keep=[*self.G.parameters(), *self.G.buffers()],
+        static = self._static
+        self._graph, _ = capture_step(lambda: self._body(*static), keep=[*self.G.parameters(), *self.G.buffers()],
                                       optimizers=[self.opt])
 
     def __call__(self) -> None:

@@ -203,18 +203,19 @@ def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summari
     """With train_together: every cell without a finished checkpoint, one batched sweep per shape group."""
     if not sweep.train_together:
         return
-    from dpsynth.methods.dp_sinkhorn.together import cell_done, group_by_shape, train_together
+    from dpsynth.methods.dp_sinkhorn.together import group_by_shape, resume_step, train_together
 
     ctxs = []
     for cell in cells:  # each cell as its own `dpsynth train CELL` would run it (its seed, the method's interval)
         ctxs.append(build_context(cell, out=out, private_out=private_out, params_file=params_file, scale=scale,
                                   device=device, progress=progress))
-    todo = [c for c in ctxs if not cell_done(c)]
-    for c in ctxs:
-        if all(c is not t for t in todo):
-            summaries[c.name] = {"experiment": c.name, "already_trained": True}
-    for k, idx in enumerate(group_by_shape(todo) if todo else []):
-        group = [todo[i] for i in idx]
+    at = [resume_step(c) for c in ctxs]  # each cell's checkpoint read once here (None: finished)
+    todo = [(c, step) for c, step in zip(ctxs, at) if step is not None]
+    summaries.update({c.name: {"experiment": c.name, "already_trained": True} for c, step in zip(ctxs, at)
+                      if step is None})
+    todo_ctxs = [c for c, _ in todo]
+    for k, idx in enumerate(group_by_shape(todo_ctxs, [step for _, step in todo]) if todo else []):
+        group = [todo_ctxs[i] for i in idx]
         t0 = time.perf_counter()
         for s in train_together(group, f"group{k}", forward_mode=forward_mode):
             s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)

@@ -84,20 +84,21 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember, int]:
                                lr=h.lr), int(steps)
 
 
-def group_by_shape(ctxs: Sequence[TrainContext]) -> list[list[int]]:
+def group_by_shape(ctxs: Sequence[TrainContext], steps: Sequence[int | None] | None = None) -> list[list[int]]:
     """Indices of the cells that can share one batched sweep (equal shared settings, e.g. one per
-    ``p``, and the same step to resume from: ``resume_step``), in first-seen order."""
+    ``p``, and the same step to resume from: ``resume_step``, or ``steps`` when the caller has read
+    them already), in first-seen order."""
+    steps = [resume_step(c) for c in ctxs] if steps is None else steps
     groups: dict[str, list[int]] = {}
-    for i, ctx in enumerate(ctxs):
+    for i, (ctx, at) in enumerate(zip(ctxs, steps)):
         shared, _, _ = member_plan(ctx)
-        groups.setdefault(repr((sorted(shared.items()), resume_step(ctx))), []).append(i)
+        groups.setdefault(repr((sorted(shared.items()), at)), []).append(i)
     return list(groups.values())
 
 
 def cell_done(ctx: TrainContext) -> bool:
     """True when the cell has a finished checkpoint under its current configuration."""
-    state = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx)).load()
-    return bool(state is not None and state.get("done"))
+    return resume_step(ctx) is None
 
 
 def _resume_members(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> None:
@@ -116,11 +117,11 @@ def _resume_members(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> No
     sweep.guards = [None if st["guard"] is None else BudgetGuard.from_state_dict(st["guard"]) for st in states]
 
 
-def resume_step(ctx: TrainContext) -> int:
-    """The step a cell's unfinished checkpoint resumes from (0: none, or finished). Cells train together
-    only from a common step, so a cell added to a stopped sweep forms a group of its own."""
+def resume_step(ctx: TrainContext) -> int | None:
+    """The step a cell's checkpoint resumes from (0: none; None: finished). Cells train together only
+    from a common step, so a cell added to a stopped sweep forms a group of its own."""
     state = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx)).load()
-    return 0 if state is None or state.get("done") else int(state["step"])
+    return 0 if state is None else None if state.get("done") else int(state["step"])
 
 
 def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str = "auto") -> list[dict[str, Any]]:

@@ -79,6 +79,13 @@ def _metrics(folder: str) -> dict[str, Any]:
     return {"outs": [f"{folder}/metrics.json"], "metrics": [f"{folder}/headline.json"]}
 
 
+def _privatize(run: str, dataset: str) -> dict[str, Any]:
+    """A local-DP run's records privatized once before its training (an experiment's, or a sweep cell's own)."""
+    return {"cmd": f"dpsynth privatize {run} --params params.yaml",
+            "deps": [settings_path("privatize", run), f"data/processed/{dataset}.npz", *_code("privatize")],
+            "outs": [f"data/privatized/{run}.npz", f"data/privatized/{run}.json"]}
+
+
 def _train(run: str, data: list[str]) -> dict[str, Any]:
     return {"cmd": f"dpsynth train {run} --params params.yaml --no-progress",
             "deps": [settings_path("train", run), *data, *_code("train")], **_run_outputs(run)}
@@ -104,10 +111,7 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
     targets = params.pipeline_targets()
     privatized = {n: d for n, d in params.privatized_targets().items() if n in params.pipeline.experiments}
     if privatized:  # (a sweep's cells privatize in its own matrix group: _sweep_groups)
-        stages["privatize"] = {"foreach": privatized, "do": {
-            "cmd": "dpsynth privatize ${key} --params params.yaml",
-            "deps": [settings_path("privatize", "${key}"), "data/processed/${item}.npz", *_code("privatize")],
-            "outs": ["data/privatized/${key}.npz", "data/privatized/${key}.json"]}}
+        stages["privatize"] = {"foreach": privatized, "do": _privatize("${key}", "${item}")}
     warm = params.warm_starts()
     if warm:
         stages["warmstart"] = {"foreach": warm, "do": {
@@ -148,10 +152,7 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
                               "cells need different warm starts, which one DVC group cannot name; list the cells "
                               "as experiments instead")
         data.append(f"private/warmstart/{warm.pop()}/critics.pt")
-    privatize = {f"privatize_{sweep}": {
-        **loop, "cmd": f"dpsynth privatize {run} --params params.yaml",
-        "deps": [settings_path("privatize", run), f"data/processed/{base.dataset}.npz", *_code("privatize")],
-        "outs": [f"data/privatized/{run}.npz", f"data/privatized/{run}.json"]}} if local else {}
+    privatize = {f"privatize_{sweep}": {**loop, **_privatize(run, base.dataset)}} if local else {}
     return {
         **privatize,
         f"train_sweep_{sweep}": {

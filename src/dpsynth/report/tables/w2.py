@@ -75,7 +75,8 @@ def entropic_claim(df: pd.DataFrame) -> str:
         held += best == "entropic"
         said.append(f"σ={noise:g}: " + ", ".join(f"{loss} {w:.3f}" for loss, w in means.sort_values().items()))
     if not levels:
-        return f"Claim (Reshetova et al., Fig. 5): {CLAIM}. Ours: not checked (no noise level has the entropic loss and another)."
+        return (f"Claim (Reshetova et al., Fig. 5): {CLAIM}. Ours: not checked (no noise level has the entropic "
+                "loss and another).")
     verdict = "holds" if held == levels else "holds at some levels only" if held else "does not hold"
     return (f"Claim (Reshetova et al., Fig. 5): {CLAIM}. Ours: {verdict} -- entropic lowest at {held} of {levels} "
             f"noise levels (mean W2 to the clean data, lowest first: {'; '.join(said)}).")

@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/reshetova.smk"
 
 
 localrules:

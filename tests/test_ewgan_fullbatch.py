@@ -37,7 +37,10 @@ def test_the_2d_experiments_follow_section_4_2_at_the_paper_scale() -> None:
         assert (h.batch_size, h.geomloss_scaling, h.optimizer, h.lr) == (n, 0.99, "rmsprop", 1e-4), name
         assert changes == {}
         q_exp, q_changes = apply_preset(quick.all_experiments()[name], quick.preset)
-        assert q_exp.hparams.batch_size == 64 and q_changes["batch_size"] == {"paper": n, "this_scale": 64}
+        # the quick scale's own cap for this method (scales.quick.method_max_batch_size), not the image methods' 64
+        cap = quick.preset.batch_cap("entropic_wgan")
+        assert cap == 256 and quick.preset.max_batch_size == 64
+        assert q_exp.hparams.batch_size == cap and q_changes["batch_size"] == {"paper": n, "this_scale": cap}
     exact = paper.all_experiments()["ewgan_half_circle_gauss_exact"].hparams
     assert (exact.loss, exact.batch_size) == ("exact", 1000)
     arch = generator_arch("mlp", (2,))["kwargs"]

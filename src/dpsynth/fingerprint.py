@@ -41,8 +41,12 @@ def _preset_for_training(preset: ScalePreset, method: str) -> dict[str, Any]:
     out = {k: v for k, v in dumped.items() if k not in _NOT_TRAINING}
     out["hparams"] = out.get("hparams", {}).get(method, {})
     out["method_train_steps"] = out.get("method_train_steps", {}).get(method)
+    # this method's own batch cap only, and only where it has one (the other methods' hashes stay as they were)
+    cap = out.pop("method_max_batch_size", {}).get(method)
+    if cap is not None:
+        out["method_max_batch_size"] = cap
     if method_spec(method).releases_once:  # a scale's step budget and batch cap do not apply to it
-        for key in ("train_steps", "max_batch_size", "method_train_steps"):
+        for key in ("train_steps", "max_batch_size", "method_train_steps", "method_max_batch_size"):
             out.pop(key, None)
     return out
 

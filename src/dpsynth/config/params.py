@@ -198,12 +198,32 @@ class Params(Strict):
             for s in table.sweeps:
                 if s not in self.sweeps:
                     raise KeyedValueError(f"tables.{tname}.sweeps", self._unknown_sweep(s))
+            if table.kind == "manifold":
+                self._check_manifold_table(tname, table)
             for i, row in enumerate(table.rows):
                 if row.experiment is not None and row.experiment not in self.experiments and not any(
                         row.experiment.startswith(f"{s}-") for s in table.sweeps):
                     raise KeyedValueError(f"tables.{tname}.rows[{i}].experiment",
                                           f"{self._unknown_experiment(row.experiment)} (a sweep cell needs its "
                                           f"sweep in tables.{tname}.sweeps)")
+
+    def _check_manifold_table(self, tname: str, table: Table) -> None:
+        """A ``kind: manifold`` figure: entropic_wgan runs on its dataset, one per (mechanism, loss)."""
+        where, seen = f"tables.{tname}.experiments", {}
+        if table.dataset is None or not table.experiments:
+            raise KeyedValueError(f"tables.{tname}", "a manifold figure needs dataset and experiments")
+        for e in table.experiments:
+            exp = self.experiments[e]
+            if exp.method != "entropic_wgan" or exp.local is None or exp.dataset != table.dataset:
+                raise KeyedValueError(where, f"{e!r} is not an entropic_wgan run on locally privatized "
+                                      f"{table.dataset} (a panel of this figure must be)")
+            loss = getattr(exp.hparams, "loss", None)
+            if loss not in ("entropic", "exact"):
+                raise KeyedValueError(where, f"{e!r} trains with loss {loss!r}; a panel is entropic or exact")
+            cell = (exp.local.mechanism, loss)
+            if cell in seen:
+                raise KeyedValueError(where, f"{seen[cell]!r} and {e!r} are both the {cell[0]} x {loss} panel")
+            seen[cell] = e
 
     # ------------------------------------------------------------------ derived views
 

@@ -25,9 +25,10 @@ def apply_preset(exp: Experiment, preset: ScalePreset) -> tuple[Experiment, dict
     changes: dict[str, Any] = dict(preset.hparams.get(exp.method, {}))
     if (factor := preset.lr_multiplier.get(exp.method)) is not None and hasattr(exp.hparams, "lr"):
         changes["lr"] = float(f"{exp.hparams.lr * factor:.12g}")  # 1e-5 x 100 is 0.001, not 0.0010000000000000002
-    if (preset.max_batch_size is not None and exp.hparams.batch_size > preset.max_batch_size
+    cap = preset.batch_cap(exp.method)
+    if (cap is not None and exp.hparams.batch_size > cap
             and not exp.spec.releases_once):  # its batches are generated samples, read at the paper's size
-        changes["batch_size"] = preset.max_batch_size
+        changes["batch_size"] = cap
     changes = {k: v for k, v in changes.items() if getattr(exp.hparams, k, object()) != v}
     if not changes:
         return exp, {}
@@ -152,8 +153,11 @@ def check_sweep_at_scale(params: Params, sweep: str) -> None:
             trained = getattr(apply_preset(experiments[name], preset)[0].hparams, key)
             if given.setdefault(trained, values[key]) != values[key]:
                 method = experiments[name].method
-                why = (f"scales.{params.scale}.max_batch_size caps it" if key == "batch_size"
-                       and preset.max_batch_size == trained else f"scales.{params.scale}.hparams.{method}.{key} sets it")
+                cap_key = (f"method_max_batch_size.{method}" if method in preset.method_max_batch_size
+                           else "max_batch_size")
+                capped = key == "batch_size" and preset.batch_cap(method) == trained
+                why = (f"scales.{params.scale}.{cap_key} caps it" if capped
+                       else f"scales.{params.scale}.hparams.{method}.{key} sets it")
                 raise ConfigError(
                     f"sweeps.{sweep}: at scale {params.scale!r}, {key} {given[trained]!r} and {values[key]!r} would both "
                     f"train with {key} {trained!r} ({why}), so its cells would not differ in {key}; run this sweep at "

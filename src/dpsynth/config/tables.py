@@ -38,10 +38,12 @@ class Table(Strict):
     paper: str = Field(description="where the published numbers come from (paper and table)")
     experiments: list[Name] = []
     sweeps: list[Name] = []
-    kind: Literal["methods", "grid", "w2_noise", "privacy"] = Field(
+    kind: Literal["methods", "grid", "w2_noise", "privacy", "manifold"] = Field(
         default="methods", description="methods: rows below; grid: one row per sweep cell, matched to the "
         "paper's rows by the swept values; w2_noise: results/w2_noise/{dataset}.csv; privacy: every run's "
-        "epsilon by accountant and convention")
+        "epsilon by accountant and convention; manifold: Reshetova et al.'s 2-D figures (Figs. 1, 6, 7), "
+        "`experiments` being entropic_wgan runs on `dataset`, one per (local mechanism, loss entropic or "
+        "exact): a row per mechanism, a column per loss, the privatized points behind the learned ones")
     published: str | None = Field(default=None, description="table id in dpsynth/report/published.yaml")
     dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
                                  "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")

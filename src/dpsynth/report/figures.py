@@ -1,7 +1,8 @@
 """Figures of the report (matplotlib, Agg): sample grids side by side per table, W2 versus
-noise, privacy-utility curves when the configuration holds several epsilons, heat maps of
-two-key grids (p x m, optimizer x lr, batch x sigma), ours above the paper's, and each run's
-training curves (epsilon spent, speed, and the loss where it may be released).
+noise, the 2-D manifold figures (``dpsynth.report.manifolds``), privacy-utility curves when the
+configuration holds several epsilons, heat maps of two-key grids (p x m, optimizer x lr, batch x
+sigma), ours above the paper's, and each run's training curves (epsilon spent, speed, and the loss
+where it may be released).
 
 The curves' data are also written as CSV next to the PNGs so DVC ``plots:`` can draw them,
 one quantity per file (DVC draws one y per series: W2 per loss, accuracy and FID apart).
@@ -312,6 +313,9 @@ def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, ou
         if hm is not None:
             out.append(hm)
     out += w2_noise(params, results, out_dir)
+    from dpsynth.report.manifolds import manifold_figures  # imports this module
+
+    out += manifold_figures(params, built, out_dir)  # Reshetova et al. Figs. 1, 6, 7
     out += privacy_utility(params, results, out_dir, store)
     if models is not None:
         out += training_curves(params, models, out_dir)

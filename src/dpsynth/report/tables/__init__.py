@@ -6,7 +6,7 @@ published numbers come from ``published.yaml``; our numbers from ``metrics.json`
 is never blank: a missing run reads "not run", a paper row we do not reproduce "reported
 only", a row or column the paper does not have "not reported".
 
-One module per table kind (``methods``, ``grid``, ``w2``, ``privacy``; each has a
+One module per table kind (``methods``, ``grid``, ``w2``, ``privacy``, ``manifold``; each has a
 ``kind:`` of params.yaml ``tables:``), the helpers they share (``common``, ``notes``) and the
 writers (``render``). This module picks a table's kind and re-exports the public names, so
 ``from dpsynth.report.tables import ...`` is the one import the rest of the project needs.
@@ -21,6 +21,7 @@ from dpsynth.errors import ConfigError
 from dpsynth.report.runs import RunStore
 from dpsynth.report.tables.common import BuiltTable
 from dpsynth.report.tables.grid import _grid_table
+from dpsynth.report.tables.manifold import _manifold_table
 from dpsynth.report.tables.methods import _methods_table
 from dpsynth.report.tables.notes import _scale_notes as _scale_notes  # re-exported: tests/test_report.py
 from dpsynth.report.tables.privacy import _privacy_table
@@ -39,7 +40,8 @@ __all__ = ["DEVIATIONS", "LEGEND", "BuiltTable", "build_table", "build_tables", 
            "to_latex", "to_markdown", "w2_skipped_reason", "write_index", "write_table"]
 
 
-_KINDS = {"methods": _methods_table, "grid": _grid_table, "w2_noise": _w2_table, "privacy": _privacy_table}
+_KINDS = {"methods": _methods_table, "grid": _grid_table, "w2_noise": _w2_table, "privacy": _privacy_table,
+          "manifold": _manifold_table}
 
 
 def build_table(name: str, params: Params, results: Path) -> BuiltTable:

@@ -34,6 +34,8 @@ class BuiltTable:
     ours: int = 0
     #: grid tables: swept keys, and per row (key values, {metric: ours}, {metric: paper}).
     grid: dict[str, Any] | None = None
+    #: manifold tables: one dict per panel of the figure (row, col, experiment, labels, W2 cell).
+    panels: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

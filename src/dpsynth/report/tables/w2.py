@@ -5,7 +5,9 @@ rows are here too; the figures use them as well."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +20,7 @@ from dpsynth.report.runs import (
     NOT_REPORTED,
     NOT_RUN,
     PLOT_ONLY,
+    Run,
     RunStore,
     fmt_mean_std,
     scale_cell,
@@ -61,25 +64,50 @@ def w2_skipped_reason(csv_path: Path) -> str | None:
 CLAIM = "the generator trained with the entropic loss stays closest to the clean data at every noise level"
 
 
-def entropic_claim(df: pd.DataFrame) -> str:
-    """The paper's claim beside what our sweep shows, with the numbers: at each noise level, which loss
-    gave the smallest mean W2 to the clean data (the claim holds at a level where that is the entropic
-    loss; a level without an entropic row is not counted)."""
-    levels, held, said = 0, 0, []
-    for noise, g in sorted(df.groupby("noise"), key=lambda kv: kv[0]):
+def entropic_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", claim: str = CLAIM,
+                   level: Callable[[Any], str] = lambda v: f"σ={v:g}", levels: str = "noise levels") -> str:
+    """The paper's claim beside what our runs show, with the numbers: at each level (a noise level of
+    the Fig. 5 sweep; a mechanism's row of Figs. 1, 6, 7), which loss gave the smallest mean W2 to the
+    clean data (the claim holds at a level where that is the entropic loss; a level without an entropic
+    row and another is not counted). ``level`` prints a level's value, ``levels`` names them."""
+    n_levels, held, said = 0, 0, []
+    for value, g in sorted(df.groupby("noise"), key=lambda kv: kv[0]):
         means = g.groupby("loss")["w2"].mean()
         if "entropic" not in means or len(means) < 2:
             continue
-        levels += 1
+        n_levels += 1
         best = str(means.idxmin())
         held += best == "entropic"
-        said.append(f"σ={noise:g}: " + ", ".join(f"{loss} {w:.3f}" for loss, w in means.sort_values().items()))
-    if not levels:
-        return (f"Claim (Reshetova et al., Fig. 5): {CLAIM}. Ours: not checked (no noise level has the entropic "
+        said.append(f"{level(value)}: " + ", ".join(f"{loss} {w:.3f}" for loss, w in means.sort_values().items()))
+    if not n_levels:
+        return (f"Claim (Reshetova et al., {figure}): {claim}. Ours: not checked (no {levels[:-1]} has the entropic "
                 "loss and another).")
-    verdict = "holds" if held == levels else "holds at some levels only" if held else "does not hold"
-    return (f"Claim (Reshetova et al., Fig. 5): {CLAIM}. Ours: {verdict} -- entropic lowest at {held} of {levels} "
-            f"noise levels (mean W2 to the clean data, lowest first: {'; '.join(said)}).")
+    verdict = "holds" if held == n_levels else "holds at some levels only" if held else "does not hold"
+    return (f"Claim (Reshetova et al., {figure}): {claim}. Ours: {verdict} -- entropic lowest at {held} of "
+            f"{n_levels} {levels} (mean W2 to the clean data, lowest first: {'; '.join(said)}).")
+
+
+def w2_of(run: Run | None) -> float | None:
+    """A run's W2 to the clean data (the mean over its synthetic sets), None when it has none."""
+    w2 = run.metrics.get("w2") if run is not None else None
+    if isinstance(w2, int | float):
+        return float(w2)
+    if isinstance(w2, dict) and "mean" in w2:
+        return float(w2["mean"])
+    if isinstance(w2, dict) and "w2" in w2:
+        return float(w2["w2"])
+    return None
+
+
+def w2_cell(run: Run | None) -> str:
+    """The W2 cell of a run: mean ± std over its synthetic sets, or why there is no number."""
+    if run is None:
+        return NOT_RUN
+    w2, mean = run.metrics.get("w2"), w2_of(run)
+    if mean is None:
+        return "not evaluated"
+    std = float(w2.get("std", 0.0)) if isinstance(w2, dict) and "mean" in w2 else 0.0
+    return fmt_mean_std(mean, std, 3)
 
 
 def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -133,17 +161,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
     experiments = params.all_experiments()
     for e in _members(params, table):
         run = store.experiment(e)
-        w2 = run.metrics.get("w2") if run is not None else None
-        if run is None:
-            cell = NOT_RUN
-        elif isinstance(w2, int | float):
-            cell = fmt_mean_std(float(w2), 0.0, 3)
-        elif isinstance(w2, dict) and "mean" in w2:
-            cell = fmt_mean_std(float(w2["mean"]), float(w2.get("std", 0.0)), 3)
-        elif isinstance(w2, dict) and "w2" in w2:
-            cell = fmt_mean_std(float(w2["w2"]), 0.0, 3)
-        else:
-            cell = "not evaluated"
+        cell = w2_cell(run)
         local = experiments[e].local
         records.append({"Loss": experiments[e].hparams.loss, "Run": e, "Scale": scale_cell(run, params.scale),
                         "Noise σ": sigma_cell(run) if local is None else

@@ -30,12 +30,6 @@ localrules:
     report,
 
 
-# What each job read (the settings its fingerprint hashes), as files: DVC's stages depend on them
-# (dpsynth.workflow.settings), so `dvc commit --force` after this run records it. Real runs only.
-onsuccess:
-    write_settings(PARAMS)
-
-
 # A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
 # Snakemake runs; one that trains is a cluster job with a training job's resources (a GPU at the
 # paper scale: workflow/resources.yaml).

@@ -65,6 +65,18 @@ def _git_dvc_init(d: Path) -> None:
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"], d)
     run([venv_bin("dvc"), "init", "-q"], d)
     run([venv_bin("dvc"), "config", "core.analytics", "false"], d)
+    # the clone's cache type (hard links: `dvc commit` keeps each output's time, so Snakemake still sees a
+    # run as up to date); the rest of .dvc/config (autostage) would change what the tests' git commands see
+    run([venv_bin("dvc"), "config", "cache.type", dvc_cache_type()], d)
+
+
+def dvc_cache_type() -> str:
+    """`cache.type` of the repository's .dvc/config, as a clone has it."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / ".dvc" / "config")
+    return config["cache"]["type"].strip('"')
 
 
 def copy_workspace(src: Path, dest: Path) -> Path:

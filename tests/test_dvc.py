@@ -5,7 +5,8 @@
 - Data, generators and synthetic sets are cached: going back to the old params.yaml restores the
   old results (`dvc checkout`), and a params.yaml that was run before is reproduced from the run
   cache without retraining.
-- After a Snakemake run, `dvc commit --force` records its outputs, so `dvc status` is clean.
+- After a Snakemake run, `dvc commit --force` records its outputs, so `dvc status` is clean, and
+  Snakemake still has nothing to do; after a `dvc repro`, neither has Snakemake (one workspace).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ GS = "gswgan_fmnist"  # the shared smoke pipeline also trains GS-WGAN: edits of 
 GEN = Path(f"models/{EXP}/generator.pt")
 SYNTH = Path(f"data/synthetic/{EXP}")
 SWEEP_KEY = f"experiments.{EXP}.hparams.m"  # the L1 weight m of the p x m sweeps (NeurIPS Table 5)
+SETTINGS = "results/settings"  # each job's settings file (dpsynth.workflow.settings)
 
 
 def sh(cwd: Path, *cmd: str, timeout: float = 1200) -> str:
@@ -247,20 +249,85 @@ def test_edits_re_run_the_same_stages_in_both_dags(repos):
     assert_clean(dv)
 
 
-def test_dvc_commit_records_a_snakemake_run(repos):
+def snakemake_plans_nothing(d: Path) -> None:
+    out = sh(d, venv_bin("snakemake"), "-n")
+    assert "Nothing to be done" in out, out[-3000:]
+
+
+def test_dvc_commit_records_a_snakemake_run(repos, tmp_path):
     """`dvc commit --force` after `snakemake`: one command, then DVC sees a clean pipeline
-    (dvc.lock written from the outputs Snakemake made) and has nothing to reproduce."""
+    (dvc.lock written from the outputs Snakemake made) and has nothing to reproduce -- and Snakemake
+    still has nothing to do, in the workspace and in a copy of it in another folder (one
+    workspace for both tools, issue 47). The outputs keep their times because the cache hard-links them
+    (.dvc/config) and DVC leaves Snakemake's `.snakemake_timestamp` files alone (.dvcignore); with a copy
+    (DVC's default) `snakemake -n` planned every job after the data, and with the timestamps tracked the
+    four jobs after the sampled folders and the report's."""
     d = repos.snakemake
     assert not (d / "dvc.lock").exists()
     assert "Data and pipelines are up to date" not in dvc(d, "status")
+    snakemake_plans_nothing(d)
     dvc(d, "commit", "--force")
     assert_clean(d)
+    snakemake_plans_nothing(d)
+    moved = copy_workspace(d, tmp_path / "moved")  # `cp -a`: another folder, the same files and times
+    snakemake_plans_nothing(moved)
+    assert_clean(moved)
     assert "Data and pipelines are up to date" in dvc(d, "repro")
+
+    # Then DVC re-runs a job Snakemake ran (an edit the report alone reads): Snakemake's records hold the
+    # old parameters until `snakemake --touch` (README, "Moving between Snakemake and DVC"), then both are clean.
+    edit_params(moved, lambda p: p["experiments"][EXP].__setitem__("description", "edited"))
+    assert "Running stage 'report'" in dvc(moved, "repro")
+    assert_clean(moved)
+    planned = sh(moved, venv_bin("snakemake"), "-n")
+    assert "rule report:" in planned and "rule train:" not in planned, planned[-3000:]
+    sh(moved, venv_bin("snakemake"), "--touch", "--cores", "1")
+    snakemake_plans_nothing(moved)
+    assert_clean(moved)
+
+
+def test_snakemake_has_nothing_to_do_after_dvc_ran_the_pipeline(smoke_pipelines, tmp_path):
+    """DVC, then Snakemake: in a workspace only `dvc repro` ran, `snakemake -n` plans nothing. Each DVC
+    stage rewrites its settings file when it ends (`--record-settings`, the command the Snakemake rule
+    runs): with the times the `settings` stage gave them, before every job's inputs, Snakemake saw each
+    job's settings output older than its inputs and planned every job after the data."""
+    d = copy_workspace(smoke_pipelines.dvc, tmp_path / "dvc")
+    assert_clean(d)
+    snakemake_plans_nothing(d)
     lock = yaml.safe_load((d / "dvc.lock").read_text())
     train = lock["stages"][f"train@{EXP}"]
     recorded = {o["path"]: o["md5"] for o in train["outs"]}
     assert recorded[str(GEN)] == hashlib.md5((d / GEN).read_bytes()).hexdigest()
     # (that Snakemake and DVC make the same generators: test_workflow_sync's end-to-end test)
+
+
+def test_a_targeted_run_records_only_the_settings_of_the_jobs_it_ran(smoke_pipelines, tmp_path):
+    """Each Snakemake job writes its own settings file, a declared output (`dpsynth --record-settings`),
+    not a hook writing every job's: a run of one job at another scale (`--config scale=quick`) rewrites
+    that job's file and leaves every other job's as it was, so `dvc status` names what really changed
+    and `dvc commit` records no quick-scale settings beside smoke-scale models (issue 47: the
+    `onsuccess` hook rewrote all of them at the run's scale)."""
+    d = copy_workspace(smoke_pipelines.snakemake, tmp_path / "targeted")
+    folder = d / SETTINGS
+
+    def recorded() -> dict[str, tuple[bytes, int]]:
+        return {f.relative_to(folder).as_posix(): (f.read_bytes(), f.stat().st_mtime_ns) for f in folder.rglob("*.json")}
+
+    from dpsynth.config import load_params
+    from dpsynth.workflow.settings import pipeline_jobs, settings_path
+
+    before = recorded()  # one file per job of the run, each written by its job
+    jobs = pipeline_jobs(load_params(d / "params.yaml"))
+    assert {f"{SETTINGS}/{k}" for k in before} == {settings_path(*job) for job in jobs}
+    out = sh(d, venv_bin("snakemake"), "data/processed/fashion_mnist.json", "--cores", "1",
+             "--forcerun", "prepare_data", "--config", "scale=quick")
+    assert "1 of 1 steps (100%) done" in out, out[-3000:]
+    after = recorded()
+    assert set(after) == set(before)
+    ran = "prepare_data/fashion_mnist.json"
+    assert after[ran][1] > before[ran][1], "the job that ran did not write its settings"
+    assert after[ran][0] == before[ran][0]  # data preparation reads nothing the scale sets
+    assert {k: v for k, v in after.items() if k != ran} == {k: v for k, v in before.items() if k != ran}
 
 
 def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos, experiment):

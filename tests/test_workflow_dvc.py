@@ -68,7 +68,8 @@ def test_a_sweep_is_a_matrix_over_its_lists_in_params_yaml():
     stages = dvc_stages(parse_params(raw))["stages"]
     train = stages["train_gs_sigma"]
     assert train["matrix"] == {"sigma": "${sweeps.gs_sigma.grid.sigma}"}
-    assert train["cmd"] == "dpsynth train gs_sigma-sigma${item.sigma} --params params.yaml --no-progress"
+    assert train["cmd"] == ("dpsynth --record-settings results/settings/train/gs_sigma-sigma${item.sigma}.json "
+                            "train gs_sigma-sigma${item.sigma} --params params.yaml --no-progress")
     # a sigma sweep leaves the critics alone: every cell trains from its base's warm start; its cells train
     # alone, so they do not wait for the sweep's train_sweep stage (which DVC still runs: it is a stage)
     assert train["deps"][:3] == ["results/settings/train/gs_sigma-sigma${item.sigma}.json",
@@ -87,7 +88,8 @@ def test_a_sweep_of_explicit_cells_is_a_foreach_over_them():
     raw["pipeline"]["sweeps"] = ["pm_mnist"]  # the NeurIPS Table 4 cells
     stages = dvc_stages(parse_params(raw))["stages"]
     assert stages["train_pm_mnist"]["foreach"] == "${sweeps.pm_mnist.cells}"
-    assert stages["evaluate_pm_mnist"]["cmd"] == "dpsynth evaluate pm_mnist-p${item.p}-m${item.m} --params params.yaml"
+    assert stages["evaluate_pm_mnist"]["cmd"] == ("dpsynth --record-settings results/settings/evaluate/pm_mnist-p${item.p}"
+                                                  "-m${item.m}.json evaluate pm_mnist-p${item.p}-m${item.m} --params params.yaml")
 
 
 def test_a_sweep_whose_cells_need_different_warm_starts_is_refused_by_name():
@@ -102,7 +104,9 @@ def test_code_dependencies_are_what_each_stage_imports():
     stages = dvc_stages(parse_params(shipped()))["stages"]
     train = [d for d in stages["train"]["do"]["deps"] if d.startswith("src/")]
     assert "src/dpsynth/cli/train.py" in train and "src/dpsynth/methods" in train  # trainers load by name
-    assert not any(d.startswith(("src/dpsynth/evaluate", "src/dpsynth/report", "src/dpsynth/workflow")) for d in train)
+    # (of the workflow package, only what writes the job's settings file: `dpsynth --record-settings`)
+    assert not any(d.startswith(("src/dpsynth/evaluate", "src/dpsynth/report", "src/dpsynth/workflow/dvc")) for d in train)
+    assert "src/dpsynth/workflow/settings.py" in train
     report = [d for d in stages["report"]["deps"] if d.startswith("src/")]
     assert "src/dpsynth/report" in report and "src/dpsynth/cli/train.py" not in report
     for name, stage in stages.items():  # every listed path exists

@@ -19,13 +19,17 @@ from tests.pipelines import SMOKE_EXPERIMENTS, copy_workflow, env, run
 # timeout: a test that asks for `smoke_pipelines` may wait for both runs (minutes; more on a loaded CPU)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(2400)]
 
+SETTINGS_OUT = "results/settings/"  # each job's own settings file: in DVC the `settings` stage's
+
+
 def snakemake_outputs(cwd: Path) -> dict[str, set[str]]:
-    """rule -> output files of the whole DAG (--forceall, so nothing is skipped as up to date)."""
+    """rule -> output files of the whole DAG (--forceall, so nothing is skipped as up to date), without the
+    jobs' settings files (test_every_stage_reads_its_own_settings)."""
     out = run([venv_bin("snakemake"), "--summary", "--forceall"], cwd)
     rules: dict[str, set[str]] = {}
     for line in out.splitlines()[1:]:
         cols = line.split("\t")
-        if len(cols) >= 3:
+        if len(cols) >= 3 and not cols[0].startswith(SETTINGS_OUT):
             rules.setdefault(cols[2], set()).add(cols[0])
     return rules
 
@@ -44,8 +48,9 @@ def snakemake_commands(cwd: Path) -> set[str]:
 RUN_PARAMS_RE = re.compile(r"--params \.snakemake/dpsynth/params-[0-9a-f]{12}\.yaml")
 
 
-def snakemake_jobs(cwd: Path) -> list[tuple[str, frozenset[str], frozenset[str]]]:
-    """(rule, inputs, outputs) of every job of the dry run."""
+def snakemake_jobs(cwd: Path, settings: bool = False) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    """(rule, inputs, outputs) of every job of the dry run; its settings file among the outputs only
+    with ``settings``."""
     out = run([venv_bin("snakemake"), "-n", "--forceall"], cwd)
     jobs, cur = [], None
     for line in out.splitlines():
@@ -56,7 +61,8 @@ def snakemake_jobs(cwd: Path) -> list[tuple[str, frozenset[str], frozenset[str]]
             continue
         m = re.match(r"^(input|output): (.*)$", line.strip())
         if m and cur is not None:
-            cur[m.group(1)] = frozenset(x.strip() for x in m.group(2).split(","))
+            files = (x.strip() for x in m.group(2).split(","))
+            cur[m.group(1)] = frozenset(f for f in files if settings or not f.startswith(SETTINGS_OUT))
     return [(j["rule"], j["input"], j["output"]) for j in jobs if j["rule"] != "all"]
 
 
@@ -135,7 +141,8 @@ def test_every_stage_reads_its_own_settings():
     """DVC's stages depend on what their job reads through one file each, written by the `settings`
     stage (all of params.yaml) from the function Snakemake's fingerprints hash: job by job, the
     file named is that job's (stage, name), every job of the pipeline has one, and nothing else
-    of params.yaml is a stage's param."""
+    of params.yaml is a stage's param. In Snakemake the same file is the job's own output, written
+    by the job (`dpsynth --record-settings`), so `dvc commit` after a run records what each job read."""
     from dpsynth.config import load_params
     from dpsynth.workflow.settings import pipeline_jobs, settings_path
 
@@ -164,6 +171,16 @@ def test_every_stage_reads_its_own_settings():
     want = {(s, n) for s, n in pipeline_jobs(load_params(REPO / "params.yaml"))}
     assert read == want
     assert {settings_path(s, n) for s, n in want} == {f"results/settings/{s}/{n or s}.json" for s, n in read}
+    # Snakemake: job by job (matched by its other outputs), the one settings output is the file DVC's stage reads
+    own_dep = {frozenset(outs): next(d for d in deps if d.startswith(SETTINGS_OUT))
+               for name, deps, outs, _cmd in stages if name != "settings"}
+    jobs = snakemake_jobs(REPO, settings=True)
+    assert len(jobs) == len(own_dep)
+    for rule, _ins, outs in jobs:
+        mine = [o for o in outs if o.startswith(SETTINGS_OUT)]
+        assert mine == [own_dep[frozenset(outs - set(mine))]], (rule, sorted(outs))
+    commands = run([venv_bin("snakemake"), "-n", "-p", "--forceall"], REPO)
+    assert len(re.findall(r"dpsynth --record-settings results/settings/\S+\.json ", commands)) == len(jobs)
 
 
 def test_dvc_report_runs_after_every_run():
@@ -243,7 +260,8 @@ def test_a_local_epsilon_sweep_privatizes_each_cell_in_both_dags(tmp_path):
     stages = {n: (deps, cmd) for n, deps, _, cmd in dvc_stage_list(more)}
     deps, _ = stages["train_leps@10.0"]
     assert "data/privatized/leps-epsilon10.0.npz" in deps and "data/processed/manifold2d_half_circle.npz" not in deps
-    assert stages["privatize_leps@10.0"][1] == "dpsynth privatize leps-epsilon10.0 --params params.yaml"
+    assert stages["privatize_leps@10.0"][1] == ("dpsynth --record-settings results/settings/privatize/leps-epsilon10.0.json "
+                                               "privatize leps-epsilon10.0 --params params.yaml")
 
 
 def test_changing_datasets_changes_both_dags(tmp_path):

@@ -10,7 +10,7 @@ import yaml
 from dpsynth.config import check_yaml_file, parse_params
 from dpsynth.data.registry import DATASETS
 from dpsynth.fingerprint import fingerprint
-from dpsynth.workflow.settings import write_settings
+from dpsynth.workflow.settings import settings_path
 
 # Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
 # the last of two equal keys; refuse duplicates in those files as the CLI's loader does.
@@ -147,7 +147,9 @@ onstart:
 
 def fp(stage):
     """A rule's `fingerprint` param: a hash of the settings its job reads (dpsynth.fingerprint),
-    so an edit to params.yaml or an override re-runs exactly the jobs it affects."""
+    so an edit to params.yaml or an override re-runs exactly the jobs it affects. The job also
+    writes those settings to its `settings` output (`dpsynth --record-settings`), the file DVC's
+    stage for the same job depends on: `dvc commit` then records what each job read."""
     return lambda wildcards: fingerprint(PARAMS, stage, next(iter(wildcards), ""))
 
 # Each job runs `dpsynth ...` as a plain shell command found on PATH, as DVC's stages do, and no

@@ -9,6 +9,7 @@ rule prepare_data:
     output:
         npz="data/processed/{dataset}.npz",
         meta="data/processed/{dataset}.json",
+        settings=settings_path("prepare_data", "{dataset}"),
     log:
         "logs/data/{dataset}.log",
     benchmark:
@@ -22,4 +23,5 @@ rule prepare_data:
     conda:
         ENV
     shell:
-        "dpsynth data prepare {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} data prepare {wildcards.dataset}"
+        " --params {params.run_params} > {log} 2>&1"

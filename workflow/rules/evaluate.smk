@@ -11,6 +11,7 @@ rule evaluate:
     output:
         metrics="results/runs/{experiment}/metrics.json",
         headline="results/runs/{experiment}/headline.json",
+        settings=settings_path("evaluate", "{experiment}"),
     log:
         "logs/evaluate/{experiment}.log",
     benchmark:
@@ -26,7 +27,8 @@ rule evaluate:
     conda:
         ENV
     shell:
-        "dpsynth evaluate {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} evaluate {wildcards.experiment}"
+        " --params {params.run_params} > {log} 2>&1"
 
 
 rule evaluate_real:
@@ -39,6 +41,7 @@ rule evaluate_real:
     output:
         metrics="results/real/{dataset}/metrics.json",
         headline="results/real/{dataset}/headline.json",
+        settings=settings_path("evaluate_real", "{dataset}"),
     log:
         "logs/evaluate/real_{dataset}.log",
     benchmark:
@@ -54,7 +57,8 @@ rule evaluate_real:
     conda:
         ENV
     shell:
-        "dpsynth evaluate --real {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} evaluate --real {wildcards.dataset}"
+        " --params {params.run_params} > {log} 2>&1"
 
 
 rule w2_noise:
@@ -63,6 +67,7 @@ rule w2_noise:
     output:
         csv="results/w2_noise/{dataset}.csv",
         info="results/w2_noise/{dataset}.json",
+        settings=settings_path("w2_noise", "{dataset}"),
     log:
         "logs/w2_noise/{dataset}.log",
     benchmark:
@@ -77,4 +82,5 @@ rule w2_noise:
     conda:
         ENV
     shell:
-        "dpsynth w2noise {wildcards.dataset} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} w2noise {wildcards.dataset}"
+        " --params {params.run_params} > {log} 2>&1"

@@ -9,6 +9,7 @@ rule privatize:
     output:
         npz="data/privatized/{experiment}.npz",
         report="data/privatized/{experiment}.json",
+        settings=settings_path("privatize", "{experiment}"),
     log:
         "logs/privatize/{experiment}.log",
     benchmark:
@@ -21,4 +22,5 @@ rule privatize:
     conda:
         ENV
     shell:
-        "dpsynth privatize {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} privatize {wildcards.experiment}"
+        " --params {params.run_params} > {log} 2>&1"

@@ -15,6 +15,7 @@ rule report:
                       category="Tables", labels={"table": "{name}"}),
         figures=report(directory("results/figures"), patterns=["{name}.png"], caption="../report/figures.rst",
                        category="Figures", labels={"figure": "{name}"}),
+        settings=settings_path("report"),
     log:
         "logs/report.log",
     benchmark:
@@ -25,4 +26,4 @@ rule report:
     conda:
         ENV
     shell:
-        "dpsynth report --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} report --params {params.run_params} > {log} 2>&1"

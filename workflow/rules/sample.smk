@@ -11,6 +11,7 @@ rule sample:
         sets=directory("data/synthetic/{experiment}"),
         grid=report("results/runs/{experiment}/samples.png", caption="../report/samples.rst",
                     category="Sample grids", labels={"run": "{experiment}"}),
+        settings=settings_path("sample", "{experiment}"),
     log:
         "logs/sample/{experiment}.log",
     benchmark:
@@ -25,4 +26,5 @@ rule sample:
     conda:
         ENV
     shell:
-        "dpsynth sample {wildcards.experiment} --params {params.run_params} > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} sample {wildcards.experiment}"
+        " --params {params.run_params} > {log} 2>&1"

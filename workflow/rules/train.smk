@@ -13,6 +13,7 @@ rule train_sweep:
         sweep_data,
     output:
         directory("private/sweeps/{sweep}"),
+        settings=settings_path("train_sweep", "{sweep}"),
     log:
         "logs/train_sweep/{sweep}.log",
     benchmark:
@@ -28,7 +29,8 @@ rule train_sweep:
     conda:
         ENV
     shell:
-        "dpsynth train-sweep {wildcards.sweep} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} train-sweep {wildcards.sweep} --params {params.run_params}"
+        " --no-progress > {log} 2>&1"
 
 
 rule train:
@@ -39,6 +41,7 @@ rule train:
         privacy="models/{experiment}/privacy.json",
         summary="models/{experiment}/train_summary.json",
         log_csv="models/{experiment}/train_log.csv",
+        settings=settings_path("train", "{experiment}"),
     log:
         "logs/train/{experiment}.log",
     benchmark:
@@ -54,4 +57,5 @@ rule train:
     conda:
         ENV
     shell:
-        "dpsynth train {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} train {wildcards.experiment} --params {params.run_params}"
+        " --no-progress > {log} 2>&1"

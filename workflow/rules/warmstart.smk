@@ -9,6 +9,7 @@ rule warmstart:
     output:
         critics="private/warmstart/{experiment}/critics.pt",
         info="private/warmstart/{experiment}/warmstart.json",
+        settings=settings_path("warmstart", "{experiment}"),
     log:
         "logs/warmstart/{experiment}.log",
     benchmark:
@@ -24,4 +25,5 @@ rule warmstart:
     conda:
         ENV
     shell:
-        "dpsynth warmstart {wildcards.experiment} --params {params.run_params} --no-progress > {log} 2>&1"
+        "dpsynth --record-settings {output.settings} warmstart {wildcards.experiment} --params {params.run_params}"
+        " --no-progress > {log} 2>&1"

@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsynth",
         description="Differentially private generative models of images: one subcommand per pipeline stage.",
     )
+    parser.add_argument("--record-settings", metavar="FILE", default=None,
+                        help="once the stage has succeeded, write the settings it read from the parameters file to "
+                        "FILE, results/settings/<stage>/<name>.json (each Snakemake job does: its rule declares "
+                        "the file as an output, and DVC's stages depend on it)")
     sub = parser.add_subparsers(dest="command", metavar="<stage>")
     sub.required = True
     for name in _STAGES:
@@ -83,7 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.record_settings:  # a wrong path is refused before the stage runs, not after
+            _settings_job(args.record_settings)
         rc = args.func(args)
+        if not rc and args.record_settings:
+            _record_settings(args)
     except DpsynthError as exc:
         print(f"dpsynth: error: {exc}", file=sys.stderr)
         return 2
@@ -104,6 +112,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def _settings_job(path: str) -> tuple[str, str]:
+    """The (stage, name) ``--record-settings FILE`` names, or the user's error."""
+    from dpsynth.workflow.settings import job_of
+
+    try:
+        return job_of(path)
+    except ValueError as exc:
+        raise DpsynthError(f"--record-settings: {exc}") from None
+
+
+def _record_settings(args: argparse.Namespace) -> None:
+    """``--record-settings FILE``: the job's settings (``dpsynth.workflow.settings.record_settings``),
+    from the same parameters file and scale the stage read."""
+    from dpsynth.cli.common import params_from_args
+    from dpsynth.workflow.settings import record_settings
+
+    record_settings(params_from_args(args), args.record_settings)
 
 
 def unwritable_message(exc: OSError) -> str:

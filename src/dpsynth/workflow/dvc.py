@@ -66,6 +66,14 @@ def _code(kind: str) -> list[str]:
     return list(_code_deps_of(kind))
 
 
+def _cmd(stage: str, name: str, command: str) -> str:
+    """A job's command, as its Snakemake rule runs it: ``dpsynth <command>``, then the job rewrites its
+    settings file (``--record-settings``; the `settings` stage wrote the same text before it). Its time
+    then follows the job's outputs, as after a Snakemake run, where the file is the job's own output:
+    Snakemake, which compares times, has nothing to do after a ``dvc repro``."""
+    return f"dpsynth --record-settings {settings_path(stage, name)} {command}"
+
+
 def _run_outputs(run: str) -> dict[str, Any]:
     """The outs/plots of one training run (the released training log drawn by `dvc plots`)."""
     return {"outs": [f"models/{run}/generator.pt", f"models/{run}/privacy.json", f"models/{run}/train_summary.json"],
@@ -81,25 +89,25 @@ def _metrics(folder: str) -> dict[str, Any]:
 
 def _privatize(run: str, dataset: str) -> dict[str, Any]:
     """A local-DP run's records privatized once before its training (an experiment's, or a sweep cell's own)."""
-    return {"cmd": f"dpsynth privatize {run} --params params.yaml",
+    return {"cmd": _cmd("privatize", run, f"privatize {run} --params params.yaml"),
             "deps": [settings_path("privatize", run), f"data/processed/{dataset}.npz", *_code("privatize")],
             "outs": [f"data/privatized/{run}.npz", f"data/privatized/{run}.json"]}
 
 
 def _train(run: str, data: list[str]) -> dict[str, Any]:
-    return {"cmd": f"dpsynth train {run} --params params.yaml --no-progress",
+    return {"cmd": _cmd("train", run, f"train {run} --params params.yaml --no-progress"),
             "deps": [settings_path("train", run), *data, *_code("train")], **_run_outputs(run)}
 
 
 def _sample(run: str) -> dict[str, Any]:
-    return {"cmd": f"dpsynth sample {run} --params params.yaml",
+    return {"cmd": _cmd("sample", run, f"sample {run} --params params.yaml"),
             "deps": [settings_path("sample", run), f"models/{run}/generator.pt", f"models/{run}/privacy.json",
                      *_code("sample")],
             "outs": [f"data/synthetic/{run}", f"results/runs/{run}/samples.png"]}
 
 
 def _evaluate(run: str, dataset: str) -> dict[str, Any]:
-    return {"cmd": f"dpsynth evaluate {run} --params params.yaml",
+    return {"cmd": _cmd("evaluate", run, f"evaluate {run} --params params.yaml"),
             "deps": [settings_path("evaluate", run), f"data/synthetic/{run}", f"data/processed/{dataset}.npz",
                      f"models/{run}/train_summary.json", *_code("evaluate")],
             **_metrics(f"results/runs/{run}")}
@@ -115,7 +123,7 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
     warm = params.warm_starts()
     if warm:
         stages["warmstart"] = {"foreach": warm, "do": {
-            "cmd": "dpsynth warmstart ${key} --params params.yaml --no-progress",
+            "cmd": _cmd("warmstart", "${key}", "warmstart ${key} --params params.yaml --no-progress"),
             "deps": [settings_path("warmstart", "${key}"), "data/processed/${item}.npz", *_code("warmstart")],
             "outs": [{"private/warmstart/${key}/critics.pt": dict(UNCACHED)},
                      {"private/warmstart/${key}/warmstart.json": dict(UNCACHED)}]}}
@@ -156,7 +164,7 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
     return {
         **privatize,
         f"train_sweep_{sweep}": {
-            "cmd": f"dpsynth train-sweep {sweep} --params params.yaml --no-progress",
+            "cmd": _cmd("train_sweep", sweep, f"train-sweep {sweep} --params params.yaml --no-progress"),
             "deps": [settings_path("train_sweep", sweep), f"data/processed/{base.dataset}.npz", *_code("train")],
             "outs": [{f"private/sweeps/{sweep}": dict(UNCACHED)}]},
         # a cell waits for its sweep's job only when that job trains it (train_together), as in the Snakefile
@@ -174,7 +182,7 @@ def dvc_stages(params: Params) -> dict[str, Any]:
         "params": [{"params.yaml": []}],  # all of it: the stage finds out what each job reads
         "outs": [{SETTINGS_DIR: dict(UNCACHED)}]}}
     stages["prepare_data"] = {"foreach": "${datasets}", "do": {
-        "cmd": "dpsynth data prepare ${item} --params params.yaml",
+        "cmd": _cmd("prepare_data", "${item}", "data prepare ${item} --params params.yaml"),
         "deps": [settings_path("prepare_data", "${item}"), *_code("prepare_data")], 
         # the prepared training records: cached (going back to an old params.yaml restores them) but never
         # pushed -- a DVC remote would otherwise receive the private dataset itself
@@ -183,17 +191,17 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     for sweep in params.pipeline.sweeps:
         stages.update(_sweep_groups(params, sweep))
     stages["evaluate_real"] = {"foreach": "${evaluation.real_datasets}", "do": {
-        "cmd": "dpsynth evaluate --real ${item} --params params.yaml",
+        "cmd": _cmd("evaluate_real", "${item}", "evaluate --real ${item} --params params.yaml"),
         "deps": [settings_path("evaluate_real", "${item}"), "data/processed/${item}.npz", *_code("evaluate")],
         **_metrics("results/real/${item}")}}
     stages["w2_noise"] = {"foreach": "${w2_noise}", "do": {
-        "cmd": "dpsynth w2noise ${key} --params params.yaml",
+        "cmd": _cmd("w2_noise", "${key}", "w2noise ${key} --params params.yaml"),
         "deps": [settings_path("w2_noise", "${key}"), "data/processed/${key}.npz", *_code("w2_noise")],
         "outs": ["results/w2_noise/${key}.csv", "results/w2_noise/${key}.json"]}}
     # Folders, not files: a dependency on a folder orders the report after every stage writing
     # into it (models: every run's train_log.csv), so sweep cells need no edit here.
     stages["report"] = {
-        "cmd": "dpsynth report --params params.yaml",
+        "cmd": _cmd("report", "", "report --params params.yaml"),
         "deps": [settings_path("report"), "models", "results/runs", "results/real", "results/w2_noise",
                  *_code("report")],
         "outs": ["results/tables", "results/figures"]}  # cached: `dvc plots diff <rev>` reads the rev's figures

@@ -118,3 +118,35 @@ def test_an_optimizer_by_learning_rate_grid_packs_into_one_sweep(data, mode):
         batched = sweep.generator(i).state_dict()
         for k, ref in alone.items():
             assert torch.allclose(batched[k].double(), ref.double(), rtol=0, atol=1e-9), (i, k)
+
+
+@pytest.mark.parametrize("mode", ["vmap", "loop"])
+def test_the_packed_sweep_runs_under_the_runs_gpu_levers(data, mode):
+    """The batched step takes the one run's levers (tuning.py; issue 42: the packed sweep ignored
+    them). bf16 -- the one lever that changes numbers, applicable on a CPU too -- reaches the
+    member-by-member forward: the first step's losses move (bf16 rounds the generator's forward) but
+    stay within test_fast_step's bound for one run (2e-3 relative), and the images the sanitizers clip
+    are float32. Under vmap autocast does not reach functorch's batched convolutions, so the sweep
+    drops bf16 (and channels_last) and says so in its tuning rather than claim a lever that changed
+    nothing. fused_adam builds every Adam member's optimizer fused in both."""
+    from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
+
+    x, y = data[0].float(), data[1]
+    shared = _shared(dtype=torch.float32)
+    members = [SweepMember(seed=0), SweepMember(seed=1, m=1.0, sigma=0.8, clip=0.3)]
+    plain = BatchedSweep(shared, members, x, y, forward_mode=mode).step()
+    tuned = BatchedSweep(shared, members, x, y, forward_mode=mode, tuning=StepTuning.of(["bf16"]))
+    seen = []
+    for san in tuned.sanitizers:
+        attach = san.attach
+        san.attach = lambda imgs, attach=attach: (seen.append(imgs.dtype), attach(imgs))[1]
+    levered = tuned.step()
+    assert seen == [torch.float32, torch.float32]
+    if mode == "loop":
+        assert tuned.tuning.levers == ("bf16",)
+        assert not torch.equal(plain, levered), "the bf16 lever did not reach the batched forward"
+        assert torch.allclose(levered, plain, rtol=2e-3, atol=0), (levered, plain)
+    else:
+        assert tuned.tuning.levers == () and torch.equal(plain, levered)
+    fused = BatchedSweep(shared, members, x, y, forward_mode=mode, tuning=StepTuning.of(["fused_adam"]))
+    assert all(opt.defaults.get("fused") for opt in fused.opts)

@@ -196,16 +196,19 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
                     "bf16 changes the numbers within the bound tests/test_fast_step.py states"}
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
     if sweep:
-        out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode)
+        out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode, levers)
     load_after = os.getloadavg()
     out["loadavg_before"], out["loadavg_after"] = list(load_before), list(load_after)
     return out
 
 
 def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Tensor, s: dict[str, Any],
-                 steps: int, trials: int, warmup: int, mode: str = "auto") -> dict[str, Any]:
+                 steps: int, trials: int, warmup: int, mode: str = "auto", levers: Sequence[str] = ()) -> dict[str, Any]:
+    """The batched sweep of ``k`` against ``k`` eager runs one after another; ``levers``: the GPU levers
+    the batched step runs with (on CUDA; as a run with those ``gpu_levers`` would)."""
     from dpsynth.methods.dp_sinkhorn.step import FastStep
     from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared, member_setup
+    from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 
     if k < 1:
         raise ConfigError(f"bench: --sweep must be >= 1, got {k}")
@@ -215,7 +218,8 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
                          eps=s["eps"], n_iter=s["n_iter"], scaling=s["scaling"], lr=s["lr"],
                          weight_decay=s["weight_decay"])
     members = [SweepMember(seed=i, m=float(i % 2), sigma=s["sigma"], clip=s["clip"]) for i in range(k)]
-    batched = BatchedSweep(shared, members, x_all, y_all, forward_mode=mode)
+    tuning = StepTuning.for_run(levers, dev)
+    batched = BatchedSweep(shared, members, x_all, y_all, forward_mode=mode, tuning=tuning)
     singles = []
     for mem in members:
         G, opt, gens = member_setup(shared, mem, dev)
@@ -228,7 +232,8 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
     res = interleaved({"batched": batched.step, "sequential": one_after_another}, steps, trials, warmup, dev)
     # Each call advances all k configurations by one step: configuration-steps/s = k * calls/s.
     thr = {name: k * v["steps_per_s"] for name, v in res.items()}
-    return {"configs": k, "forward_mode": batched.forward_mode, "config_steps_per_s": thr, "trials": res,
+    return {"configs": k, "forward_mode": batched.forward_mode, "gpu_levers": list(tuning.levers),
+            "config_steps_per_s": thr, "trials": res,
             "paths": {"batched": "cuda_graph" if getattr(batched, "cuda_graph", False) else "eager",
                       "sequential": "cuda_graph" if any(st.cuda_graph for st in singles) else "eager"},
             "ratio_batched_over_sequential": thr["batched"] / thr["sequential"],

@@ -99,21 +99,28 @@ def _last_as_conv(x: Tensor, ct: nn.ConvTranspose2d) -> Tensor:
     return F.conv2d(x, w, ct.bias, padding=pad)
 
 
-def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None, tuning: StepTuning | None = None) -> Tensor:
+def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None, tuning: StepTuning | None = None,
+                 vmapped: bool = False) -> Tensor:
     """``G(z, labels)`` computed faster where we know how; the same function of G's parameters.
 
     For :class:`DCGANGenerator`: channels_last activations (on the CPU always; on a GPU with the
     ``channels_last`` lever), and a stride-1 last transposed convolution run as a plain convolution.
     Other generators use their own forward. The ``bf16`` lever (``tuning.py``) runs it under
     bfloat16 autocast and hands back float32 images, so everything after it stays float32.
+    ``vmapped`` (the batched sweep's vmap): the activations keep vmap's layout -- functorch cannot
+    query a channels_last one, and it lays out the members' grouped convolutions itself.
     """
     tuning = tuning or StepTuning()
     with tuning.autocast(z.device):
-        out = _dcgan_forward(G, z, labels, tuning.channels_last) if isinstance(G, DCGANGenerator) else G(z, labels)
+        if isinstance(G, DCGANGenerator):
+            out = _dcgan_forward(G, z, labels, None if vmapped else tuning.channels_last)
+        else:
+            out = G(z, labels)
     return out.float() if out.dtype == torch.bfloat16 else out
 
 
-def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels_last: bool) -> Tensor:
+def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels_last: bool | None) -> Tensor:
+    """``channels_last``: True/False as the lever says (the CPU always converts); None: never."""
     G._check_inputs(z, labels)
     h = z if G.embed is None else torch.cat([z, G.embed(labels)], dim=1)
     h = h[:, :, None, None]
@@ -124,9 +131,9 @@ def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels
             h = _last_as_conv(h, layer)
         else:
             h = layer(h)
-        if i == 0 and (h.device.type == "cpu" or channels_last):
+        if i == 0 and channels_last is not None and (h.device.type == "cpu" or channels_last):
             h = h.contiguous(memory_format=torch.channels_last)
-    return h.contiguous()
+    return h if channels_last is None else h.contiguous()
 
 
 # --------------------------------------------------------------------------- the step

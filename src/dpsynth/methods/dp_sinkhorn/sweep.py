@@ -3,10 +3,10 @@
 The K members' generators run as one: their parameters are stacked for the forward (each member's
 are leaves of its own, under its own optimizer, so an optimizer x lr grid packs too), one stacked
 Sinkhorn solve serves all K x 2 OT problems, and on CUDA the whole step of all K is one CUDA graph.
-The generator forward has two strategies (``forward_mode``): ``"vmap"`` -- ``vmap(functional_call(G,
-...))``, the K members' convolutions grouped into one launch per layer (the point on a GPU, where one
-member's small convolutions leave it idle); ``"loop"`` -- each member's own convolutions with
-:func:`fast_forward` (on a CPU oneDNN's grouped transposed convolutions are slower than K plain ones:
+The generator forward is the one run's :func:`fast_forward` (under the run's GPU levers,
+``tuning.py``) with two strategies (``forward_mode``): ``"vmap"`` -- ``vmap(functional_call(...))``, the
+K members' convolutions grouped into one launch per layer (the point on a GPU, where one member's
+small convolutions leave it idle); ``"loop"`` -- each member's own convolutions in turn (on a CPU oneDNN's grouped transposed convolutions are slower than K plain ones:
 0.45x measured on 2 cores), so ``"auto"`` picks ``"loop"`` there and ``"vmap"`` on CUDA. Both compute
 the same function of the same parameters (tested). What stays per member, so each is its own run:
 
@@ -30,6 +30,7 @@ every member of a sweep to it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from dpsynth.methods.dp_sinkhorn.graph import capture_step
 from dpsynth.methods.dp_sinkhorn.plan import latent_generator
 from dpsynth.methods.optim import make_optimizer
 from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, embed_points, fast_forward, step_loss
+from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.ot.costs import MixedL2L1Cost
 from dpsynth.nets import build_seeded_generator
 from dpsynth.privacy.report import BudgetGuard
@@ -87,10 +89,13 @@ class SweepMember:
     optimizer: str = "adam"
     lr: float | None = None
 
-    def optimizer_for(self, params: Any, shared: SweepShared, capturable: bool = False) -> torch.optim.Optimizer:
-        """This member's optimizer, exactly as ``dp_sinkhorn.train`` builds a run's."""
+    def optimizer_for(self, params: Any, shared: SweepShared, capturable: bool = False,
+                      fused: bool = False) -> torch.optim.Optimizer:
+        """This member's optimizer, exactly as ``dp_sinkhorn.train`` builds a run's (``fused``: the
+        ``fused_adam`` lever, Adam members only)."""
         return make_optimizer(params, self.optimizer, lr=self.lr if self.lr is not None else shared.lr,
-                              betas=shared.betas, weight_decay=shared.weight_decay, capturable=capturable)
+                              betas=shared.betas, weight_decay=shared.weight_decay, capturable=capturable,
+                              fused=fused and self.optimizer == "adam")
 
     def spec(self, shared: SweepShared, num_classes: int | None) -> StepSpec:
         return StepSpec(n=shared.n, n_extra=shared.n_extra, num_classes=num_classes, alpha_c=shared.alpha_c,
@@ -133,14 +138,14 @@ def train_one(shared: SweepShared, mem: SweepMember, x_all: Tensor, y_all: Tenso
 
 
 class _FastForward(nn.Module):
-    """``fast_forward(G, ...)`` as a module, so ``functional_call`` can run it on given weights."""
+    """``fast_forward(G, ..., tuning)`` as a module, so ``functional_call`` can run it on given weights."""
 
-    def __init__(self, G: nn.Module) -> None:
+    def __init__(self, G: nn.Module, tuning: StepTuning, vmapped: bool = False) -> None:
         super().__init__()
-        self.G = G
+        self.G, self.tuning, self.vmapped = G, tuning, vmapped
 
     def forward(self, z: Tensor, labels: Tensor | None) -> Tensor:
-        return fast_forward(self.G, z, labels)
+        return fast_forward(self.G, z, labels, self.tuning, vmapped=self.vmapped)
 
 
 FORWARD_MODES = ("auto", "vmap", "loop")
@@ -151,7 +156,7 @@ class BatchedSweep:
 
     def __init__(self, shared: SweepShared, members: Sequence[SweepMember], x_all: Tensor, y_all: Tensor,
                  forward_mode: str = "auto", gens: Sequence[dict[str, torch.Generator]] | None = None,
-                 cuda_graph: bool | None = None) -> None:
+                 cuda_graph: bool | None = None, tuning: StepTuning | None = None) -> None:
         """``gens``: each member's {"model", "data", "noise"} generators; the pipeline passes the
         run's (secret Poisson sampling and sanitizer noise from ``NoiseSource``); None: seeded
         from the member's seed as ``train_one`` (benchmarks and the equality tests).
@@ -159,7 +164,10 @@ class BatchedSweep:
         stacked solve, every sanitizer, backward and Adam -- in one CUDA graph, as FastStep does for
         one run: each member's real batch fills a fixed capacity without host syncs, and its
         latents, labels, Poisson draw and noise are drawn outside the graph into static buffers
-        from ITS generators, in the eager step's order."""
+        from ITS generators, in the eager step's order. ``tuning``: the GPU speed levers of the one
+        run's step (``tuning.py``), applied to every member: the forward of both modes is
+        ``fast_forward`` under them (``bf16`` and ``channels_last`` in the loop only, see below), and
+        ``fused_adam`` builds each Adam member's optimizer fused; ``self.tuning`` says which ran."""
         if not members:
             raise ConfigError("BatchedSweep needs at least one member")
         if forward_mode not in FORWARD_MODES:
@@ -186,12 +194,22 @@ class BatchedSweep:
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
         if self.cuda_graph and self.device.type != "cuda":
             raise ConfigError("BatchedSweep: cuda_graph=True needs CUDA tensors")
-        self.opts = [mem.optimizer_for(list(mp.values()), shared, capturable=self.cuda_graph)
-                     for mem, mp in zip(self.members, self.member_params)]
-        self._meta = copy.deepcopy(self.template).to("meta")
-        self._loop_module = _FastForward(copy.deepcopy(self.template))
         self.forward_mode = forward_mode if forward_mode != "auto" else (
             "vmap" if self.device.type == "cuda" else "loop")
+        tuning = tuning or StepTuning()
+        if self.forward_mode == "vmap":
+            # functorch batches the members' convolutions below autocast (measured on the CPU, torch 2.11: a
+            # conv_transpose2d under vmap stays float32 with autocast on, inside or outside the vmap), and
+            # cannot query a channels_last layout: under vmap those two levers would be a label, not a change.
+            tuning = dataclasses.replace(tuning, bf16=False, channels_last=False)
+        self.tuning = tuning  # the levers this sweep really runs with (its cells' summaries record them)
+        self.opts = [mem.optimizer_for(list(mp.values()), shared, capturable=self.cuda_graph,
+                                       fused=self.tuning.fused_adam)
+                     for mem, mp in zip(self.members, self.member_params)]
+        # One forward for both modes, the one run's (fast_forward, under the levers): vmap runs it on
+        # a weightless copy with each member's stacked weights, the loop on a copy with its own.
+        self._meta = _FastForward(copy.deepcopy(self.template).to("meta"), self.tuning, vmapped=True)
+        self._loop_module = _FastForward(copy.deepcopy(self.template), self.tuning)
         # Each member's own WholeBatchSanitizer (the audited one), noising from ITS noise generator
         # (under the graph: into its own buffer, drawn before each replay).
         n_priv = shared.n * math.prod(getattr(self.template, "output_shape", ()))
@@ -219,10 +237,11 @@ class BatchedSweep:
         def one(p: dict[str, Tensor], b: dict[str, Tensor], zz: Tensor, ll: Tensor | None) -> Tensor:
             return functional_call(self._meta, (p, b), (zz, ll))
 
-        params = {k: torch.stack([mp[k] for mp in self.member_params]) for k in self.member_params[0]}
+        params = {f"G.{k}": torch.stack([mp[k] for mp in self.member_params]) for k in self.member_params[0]}
+        buffers = {f"G.{k}": v for k, v in self.buffers.items()}
         if labels is None:
-            return vmap(lambda p, b, zz: one(p, b, zz, None))(params, self.buffers, z)
-        return vmap(one)(params, self.buffers, z, labels)
+            return vmap(lambda p, b, zz: one(p, b, zz, None))(params, buffers, z)
+        return vmap(one)(params, buffers, z, labels)
 
     def _forward_loop(self, z: Tensor, labels: Tensor | None) -> Tensor:
         """Member by member on its own leaves; BN's in-place running-statistics updates write into the
@@ -246,7 +265,8 @@ class BatchedSweep:
     def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
         """Every member's forward, sanitizer, loss and backward on (K, ...) batches; the K losses."""
         sh = self.shared
-        imgs = self._forward(z, labels)
+        with self.tuning.kernels():
+            imgs = self._forward(z, labels)  # float32 images, whatever the levers (fast_forward)
         # Member k's slice of the stacked images passes through member k's sanitizer only.
         imgs = torch.stack([im if san is None else san.attach(im)
                             for im, san in zip(imgs.unbind(0), self.sanitizers)])

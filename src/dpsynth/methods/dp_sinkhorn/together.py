@@ -49,6 +49,7 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     validate_data,
 )
 from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.methods.loop import drive
 from dpsynth.methods.trainlog import TrainLog
 from dpsynth.ot import num_extra
@@ -78,6 +79,7 @@ def member_plan(ctx: TrainContext) -> tuple[dict[str, Any], SweepMember, int]:
               "delta": plan.delta if sigma is not None else 1e-5,
               "target_epsilon": plan.epsilon if sigma is not None else None,
               "private": sigma is not None, "dataset": ctx.experiment.dataset, "device": str(ctx.device),
+              "gpu_levers": tuple(h.gpu_levers),  # one step for the whole group, under one set of levers
               # the records themselves (a seed sweep under a train_subset trains on other subsets)
               "records": hashlib.sha256(np.ascontiguousarray(ctx.data.x_train).tobytes()).hexdigest()}
     return shared, SweepMember(seed=ctx.seed, m=h.m, sigma=sigma, clip=h.clip, name=ctx.name, optimizer=h.optimizer,
@@ -159,7 +161,8 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
              "data": c.noise.torch_generator(dev, 2), "noise": c.noise.torch_generator(dev, 3)} for c in ctxs]
     x_all = records_to_float(ref).to(dev)
     y_all = torch.from_numpy(ctxs[0].data.y_train).to(dev)
-    sweep = BatchedSweep(shared, members, x_all, y_all, forward_mode=forward_mode, gens=gens)
+    tuning = StepTuning.for_run(first["gpu_levers"], dev)  # the cells' own levers (none on the CPU)
+    sweep = BatchedSweep(shared, members, x_all, y_all, forward_mode=forward_mode, gens=gens, tuning=tuning)
 
     ckpts = [Checkpointer(c.checkpoint_path, config_fingerprint(c)) for c in ctxs]
     loaded = [ck.load() for ck in ckpts]
@@ -212,7 +215,7 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     rest = [c for c, n in zip(ctxs, own_steps) if n > step]
     out = [{"experiment": c.name, "steps": step, "total_steps": n, "finished": False} if n > step else
            {"experiment": c.name, "steps": step, "finished": True, "sigma": members[i].sigma, TOGETHER_KEY: group,
-            "steps_per_s_this_run": round(rate, 3)} for i, (c, n) in enumerate(zip(ctxs, own_steps))]
+            "steps_per_s_this_run": round(rate, 3), "gpu_levers": list(tuning.levers)} for i, (c, n) in enumerate(zip(ctxs, own_steps))]
     if step < total or not rest or lead.max_steps_this_run is not None:
         return out  # a timed slice (the rest resumes on the next run), or every member finished
     done = {s["experiment"]: s for s in out if s["finished"]}

@@ -122,11 +122,12 @@ def test_the_reshetova_target_plans_every_panels_runs() -> None:
     params = load_params(REPO / "params.yaml")
     runs = {e for t in FIGURES for e in params.tables[t].experiments}
     assert len(runs) == 12
+    runs |= set(params.cells_of("n_half_circle"))  # and Fig. 11's 2-D sweep (tests/test_reshetova_fig11.py)
     for stage in ("privatize", "train", "sample", "evaluate"):
         assert jobs.get(stage) == runs, (stage, sorted(jobs.get(stage, ())))
     assert jobs.get("prepare_data") == set(FIGURES.values())
     assert "reshetova" in jobs and not {"report", "evaluate_real", "w2_noise", "warmstart"} & set(jobs)
-    assert re.search(r"^reshetova\s+1$", out, re.M) and re.search(r"^train\s+12$", out, re.M)
+    assert re.search(r"^reshetova\s+1$", out, re.M) and re.search(r"^train\s+16$", out, re.M)
 
 
 # --------------------------------------------------------------------------- rendering fabricated runs

@@ -1,4 +1,4 @@
-# Reshetova, Chen, Ozgur (ISIT 2024, arXiv:2306.09547), Figs. 1, 6, 7: a named target, not part of `all`.
+# Reshetova, Chen, Ozgur (ISIT 2024, arXiv:2306.09547), Figs. 1, 6, 7 and 11 (2-D): a named target, not part of `all`.
 #   snakemake reshetova --cores 2
 # trains, samples and evaluates every run of the params.yaml tables of `kind: manifold` (per manifold:
 # Laplace x {entropic, unregularized} 1-W, Gaussian x {entropic, unregularized} 2-W), then renders the
@@ -6,8 +6,12 @@
 # Kept out of the quick pipeline for time (README: "Reshetova et al.'s 2-D figures"). No DVC stage: dvc.yaml
 # declares the pipeline (`all`); `dpsynth report` renders the same figures from whatever runs exist.
 
+# ... and Fig. 11 on a 2-D manifold (our quick-scale adaptation): every cell of the sweeps over the training-set
+# size n of the `kind: train_size` tables on a 2-D dataset (the MNIST one is for the paper scale: pipeline.sweeps).
 RESHETOVA_RUNS = list(dict.fromkeys(
-    e for t in PARAMS.tables.values() if t.kind == "manifold" for e in t.experiments))
+    [*(e for t in PARAMS.tables.values() if t.kind == "manifold" for e in t.experiments),
+     *(c for t in PARAMS.tables.values() if t.kind == "train_size" and DATASETS[t.dataset].kind == "manifold2d"
+       for s in t.sweeps for c in PARAMS.cells_of(s))]))
 
 
 localrules:

@@ -22,8 +22,9 @@ from dpsynth.errors import ConfigError
 from dpsynth.privacy import mechanisms
 
 #: Sweepable keys: a sweep list over one of these expands into experiments.
-SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed")
-SweepKey = Literal["p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed"]
+#: ``n`` is the training-set size (the experiment's ``train_size``: its first n training records).
+SWEEP_KEYS = ("p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed", "n")
+SweepKey = Literal["p", "m", "sigma", "lr", "optimizer", "batch_size", "epsilon", "seed", "n"]
 
 
 class PrivacyTarget(Strict):
@@ -85,6 +86,9 @@ class Experiment(Strict):
     local: LocalMechanism | None = None
     seed: int | None = Field(default=None, ge=0, description="training seed (weights, data order, subset); "
                              "None: the first of params seeds. Privacy noise stays secret either way")
+    train_size: int | None = Field(default=None, gt=0, description="train (and, for a local run, privatize) "
+                                   "only the first n of the run's training records (those the scale's "
+                                   "train_subset keeps, else the training split); the sweep key `n`. None: all")
     description: str = ""
 
     @field_validator("method")
@@ -197,6 +201,8 @@ def _check_sweep_value(key: str, v: Any) -> None:
         return
     if key == "seed" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
         raise ValueError(f"seed sweep values must be whole numbers >= 0, got {v!r}")
+    if key == "n" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise KeyedValueError("n", f"training-set sizes must be whole numbers >= 1 (write 60000, not 6.0e4), got {v!r}")
     if isinstance(v, bool) or not isinstance(v, int | float):
         hint = " (write 1.0e-5, not 1e-5: YAML 1.1 reads the latter as text)" if isinstance(v, str) else ""
         raise ValueError(f"sweep value for {key!r} must be a number, got {v!r}{hint}")
@@ -236,6 +242,8 @@ def expand_sweep(sname: str, sweep: Sweep, base: Experiment) -> dict[str, Experi
                 data["privacy"]["epsilon"] = v
             elif k == "seed":
                 data["seed"] = v
+            elif k == "n":
+                data["train_size"] = v
             else:
                 data["hparams"][k] = v
         name = sweep_cell_name(sname, cell)

@@ -129,6 +129,63 @@ class EntropicWGANHparams(_SinkhornSolver):
         return self
 
 
+_BIOR = ("1.1", "1.3", "1.5", "2.2", "2.4", "2.6", "2.8", "3.1", "3.3", "3.5", "3.7", "3.9", "4.4", "5.5", "6.8")
+#: PyWavelets 1.8's discrete wavelets (``pywt.wavelist(kind="discrete")``, checked equal by
+#: tests/test_wavelet_baseline.py), spelled out so loading params.yaml imports neither pywt nor the scipy
+#: it loads (one more BLAS pool in every process that reads the configuration).
+DISCRETE_WAVELETS: frozenset[str] = frozenset(
+    ["haar", "dmey", *(f"db{i}" for i in range(1, 39)), *(f"sym{i}" for i in range(2, 21)),
+     *(f"coif{i}" for i in range(1, 18)), *(f"bior{b}" for b in _BIOR), *(f"rbio{b}" for b in _BIOR)])
+
+
+class WaveletWGANHparams(Hparams):
+    """The wavelet-denoising baseline of Reshetova, Chen, Ozgur (ISIT 2024, arXiv:2306.09547) Figs. 2 and 8:
+    the privatized images denoised with PyWavelets, the denoiser's parameters chosen from the grid below
+    on the CLEAN images (as the paper does: only approximately private), then a WGAN-GP (Gulrajani et al.,
+    arXiv:1704.00028) trained on the denoised images. Defaults: WGAN-GP's (Adam 1e-4, betas (0.5, 0.9),
+    5 critic steps, penalty 10) and the paper's generator (unconditional DCGAN, latent 100 ~ U[0, 1])."""
+
+    batch_size: int = Field(default=64, gt=0, description="denoised records (and generated images) per step")
+    lr: float = Field(default=1e-4, gt=0, allow_inf_nan=False)
+    betas: tuple[float, float] = (0.5, 0.9)
+    optimizer: Literal["adam"] = Field(default="adam", description="the generator's Adam (the critic's too)")
+    critic_steps: int = Field(default=5, gt=0, description="critic steps per generator step")
+    gp_weight: float = Field(default=10.0, ge=0, description="gradient-penalty weight")
+    critic_dim: int = Field(default=64, gt=0, description="critic width d (GS-WGAN's DCGAN critic, nets/gswgan.py)")
+    wavelets: list[str] = Field(default_factory=lambda: ["haar", "db2", "db4", "sym4", "coif1", "bior2.2"],
+                                min_length=1, description="wavelet bases tried (pywt names); the paper names none")
+    levels: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=1,
+                              description="decomposition levels tried (those deeper than a basis allows are skipped)")
+    threshold_rules: list[Literal["soft", "hard"]] = Field(default_factory=lambda: ["soft", "hard"], min_length=1)
+    threshold_multipliers: list[float] = Field(
+        default_factory=lambda: [0.5, 1.0, 1.5, 2.0, 3.0, 4.0], min_length=1,
+        description="thresholds tried, in units of the mechanism's per-pixel noise std (a public number)")
+    tune_records: int = Field(default=1000, gt=0, description="clean training records (paired with their "
+                              "privatized copies) the grid is scored on; the paper does not say how many")
+
+    @field_validator("wavelets")
+    @classmethod
+    def _known_wavelets(cls, v: list[str]) -> list[str]:
+        bad = [w for w in v if w not in DISCRETE_WAVELETS]
+        if bad:
+            raise ValueError(f"unknown wavelet {', '.join(map(repr, bad))} (PyWavelets' discrete ones: "
+                             "pywt.wavelist(kind='discrete'), e.g. haar, db2, sym4, coif1, bior2.2)")
+        return v
+
+    @field_validator("levels")
+    @classmethod
+    def _positive_levels(cls, v: list[int]) -> list[int]:
+        if any(level < 1 for level in v):
+            raise ValueError(f"levels must be >= 1, got {v}")
+        return v
+
+    @field_validator("threshold_multipliers")
+    @classmethod
+    def _multipliers(cls, v: list[float]) -> list[float]:
+        if any(not (k >= 0 and k < float("inf")) for k in v):
+            raise ValueError(f"threshold_multipliers must be finite and >= 0, got {v}")
+        return v
+
 
 class DPMERFHparams(Hparams):
     """DP-MERF (Harder, Adamczewski, Park, "DP-MERF: Differentially Private Mean Embeddings with Random

@@ -26,6 +26,7 @@ from dpsynth.config.hparams import (
     EntropicWGANHparams,
     GSWGANHparams,
     Hparams,
+    WaveletWGANHparams,
 )
 from dpsynth.errors import DpsynthError
 
@@ -81,6 +82,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                releases_once=True, epsilon_conventions=("analytic_gaussian",)),
     MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,
                trainer="dpsynth.methods.dp_cgan:train"),
+    # Reshetova et al. Figs. 2 and 8: wavelet denoising (tuned on the clean images: only approximately
+    # private, said in its privacy report) + WGAN-GP on the denoised privatized records.
+    MethodSpec(name="wavelet_wgan", title="Wavelet denoising + WGAN-GP (local DP, approximately private)",
+               hparams=WaveletWGANHparams, trainer="dpsynth.methods.wavelet_wgan:train", conditional=False,
+               takes_local_data=True),
 )}
 
 

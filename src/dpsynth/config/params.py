@@ -200,6 +200,8 @@ class Params(Strict):
                     raise KeyedValueError(f"tables.{tname}.sweeps", self._unknown_sweep(s))
             if table.kind == "manifold":
                 self._check_manifold_table(tname, table)
+            if table.kind == "train_size":
+                self._check_train_size_table(tname, table)
             for i, row in enumerate(table.rows):
                 if row.experiment is not None and row.experiment not in self.experiments and not any(
                         row.experiment.startswith(f"{s}-") for s in table.sweeps):
@@ -224,6 +226,26 @@ class Params(Strict):
             if cell in seen:
                 raise KeyedValueError(where, f"{seen[cell]!r} and {e!r} are both the {cell[0]} x {loss} panel")
             seen[cell] = e
+
+    def _check_train_size_table(self, tname: str, table: Table) -> None:
+        """A ``kind: train_size`` figure (Reshetova et al. Fig. 11): sweeps over n alone of an entropic_wgan
+        run on locally privatized records of its dataset, at least two sizes between them."""
+        if table.dataset is None or not table.sweeps or table.experiments:
+            raise KeyedValueError(f"tables.{tname}", "a train_size figure needs dataset and sweeps (over n), "
+                                  "no experiments")
+        sizes: set[int] = set()
+        for s in table.sweeps:
+            sweep, base = self.sweeps[s], self.experiments[self.sweeps[s].base]
+            keys = {k for cell in sweep.cell_list() for k in cell}
+            if keys != {"n"}:
+                raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r} sweeps {sorted(keys)}; a train_size "
+                                      "figure's sweeps sweep n (the training-set size) alone")
+            if base.method != "entropic_wgan" or base.local is None or base.dataset != table.dataset:
+                raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r}'s base {sweep.base!r} is not an "
+                                      f"entropic_wgan run on locally privatized {table.dataset}")
+            sizes |= {cell["n"] for cell in sweep.cell_list()}
+        if len(sizes) < 2:
+            raise KeyedValueError(f"tables.{tname}.sweeps", f"a rate in n needs at least two sizes, got {sorted(sizes)}")
 
     # ------------------------------------------------------------------ derived views
 

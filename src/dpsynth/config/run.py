@@ -147,7 +147,8 @@ def check_sweep_at_scale(params: Params, sweep: str) -> None:
     experiments, preset = params.all_experiments(), params.preset
     cells = params.cells_of(sweep)
     declared = params.sweeps[sweep].cell_list()
-    for key in (k for k in declared[0] if k not in ("sigma", "epsilon", "seed")):
+    # n (the training-set size) is no hyperparameter: a train_subset below it is refused by RunSpec.train_indices
+    for key in (k for k in declared[0] if k not in ("sigma", "epsilon", "seed", "n")):
         given: dict[Any, Any] = {}
         for name, values in zip(cells, declared):
             trained = getattr(apply_preset(experiments[name], preset)[0].hparams, key)
@@ -177,6 +178,31 @@ class RunSpec:
     preset: ScalePreset
     data: Path  # the private records it trains on (privatized ones for a local-DP experiment)
     warmstart: str | None  # the warm start it trains from, if its method needs one
+
+    def train_indices(self, n_records: int) -> Any:
+        """Which of ``n_records`` training records this run trains on (sorted indices; None: all of them):
+        THE one choice of a run's training set, read by the train stage, by the privatize stage of a run
+        with ``train_size`` and by the evaluation's W2 to the training data. The scale's ``train_subset``
+        (``data.dataset.subset_indices``, drawn with the run's seed), then the first ``train_size`` of those
+        (the sweep key ``n``), so a sweep's smaller training sets are prefixes of its larger ones.
+
+        Applied to its own output it keeps all of it (a file already holding the run's records: the
+        subset of n <= train_subset records is None), so a privatize stage that wrote only these records
+        and the train stage that reads them back agree. A ``train_size`` larger than the records there
+        are is refused, naming the key."""
+        import numpy as np
+
+        from dpsynth.data.dataset import subset_indices
+
+        idx = subset_indices(n_records, self.preset.train_subset, self.seed)
+        size = self.experiment.train_size
+        if size is None:
+            return idx
+        have = n_records if idx is None else len(idx)
+        if size > have:
+            raise ConfigError(f"{self.name}: train_size (sweep key n) {size} exceeds the {have} training records "
+                              f"there are at scale {self.scale!r}; lower n or raise scales.{self.scale}.train_subset")
+        return np.arange(size) if idx is None else idx[:size]
 
     def settings(self) -> dict[str, Any]:
         """What the run's fingerprint hashes: the experiment as run (without its description, a label

@@ -38,12 +38,16 @@ class Table(Strict):
     paper: str = Field(description="where the published numbers come from (paper and table)")
     experiments: list[Name] = []
     sweeps: list[Name] = []
-    kind: Literal["methods", "grid", "w2_noise", "privacy", "manifold"] = Field(
+    kind: Literal["methods", "grid", "w2_noise", "privacy", "manifold", "train_size", "wavelet"] = Field(
         default="methods", description="methods: rows below; grid: one row per sweep cell, matched to the "
         "paper's rows by the swept values; w2_noise: results/w2_noise/{dataset}.csv; privacy: every run's "
         "epsilon by accountant and convention; manifold: Reshetova et al.'s 2-D figures (Figs. 1, 6, 7), "
         "`experiments` being entropic_wgan runs on `dataset`, one per (local mechanism, loss entropic or "
-        "exact): a row per mechanism, a column per loss, the privatized points behind the learned ones")
+        "exact): a row per mechanism, a column per loss, the privatized points behind the learned ones; "
+        "train_size: Reshetova et al.'s Fig. 11, `sweeps` over the training-set size n (sweep key n) of an "
+        "entropic_wgan run on `dataset`: W2 to the clean training and held-out data vs n, log-log slopes; "
+        "wavelet: Reshetova et al.'s Figs. 2 and 8, `experiments`/`sweeps` being wavelet_wgan and entropic_wgan "
+        "(loss exact or entropic) runs: a row per (mechanism, epsilon), the six-column figure")
     published: str | None = Field(default=None, description="table id in dpsynth/report/published.yaml")
     dataset: Name | None = Field(default=None, description="picks the paper's columns for this dataset "
                                  "(e.g. mnist.fid); w2_noise: the sweep CSV's dataset")

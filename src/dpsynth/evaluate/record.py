@@ -155,7 +155,9 @@ class MetricsRecord:
     privacy: dict[str, Any] | None  # the run's privacy report (verified by readers); None for a real-data row
     scale: str
     # of a synthetic-data run only:
-    w2: dict[str, Any] | None = None  # W2 to the clean test split {"mean", "std", ...}; None for conditional methods
+    #: W2 to the clean test split {"mean", "std", ..., "train": the same to the run's own clean training
+    #: records (written since Fig. 11; absent before)}; None for conditional methods
+    w2: dict[str, Any] | None = None
     n_synthetic_sets: int | None = None
     n_synthetic: int | None = None
     seconds: dict[str, float] | None = None  # {"load", "classifiers", "fid"}
@@ -277,6 +279,10 @@ class MetricsRecord:
             if not isinstance(w2, dict):
                 raise MetricsError("w2", f"must be a record with numeric 'mean' and 'std', got {w2!r}")
             _check_summary("w2", w2, NON_NEGATIVE)
+            if w2.get("train") is not None:  # W2 to the run's own clean training records (Fig. 11's "train")
+                if not isinstance(w2["train"], dict):
+                    raise MetricsError("w2.train", f"must be a record with numeric 'mean' and 'std', got {w2['train']!r}")
+                _check_summary("w2.train", w2["train"], NON_NEGATIVE)
         priv = d["privacy"]
         if real:
             if priv is not None:

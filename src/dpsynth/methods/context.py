@@ -66,6 +66,10 @@ class TrainContext:
     # Released files written by the caller after ``train`` returns (the CLI's train_summary.json):
     # a finished run counts as done only when these are present and readable too.
     also_released: tuple[Path, ...] = ()
+    # The CLEAN records' file (data/processed/{dataset}.npz) of a local-DP run, in the same order as the
+    # privatized ones. Only a method that reads clean data BY DESIGN opens it -- the wavelet baseline of
+    # Reshetova et al. tunes its denoiser on it and labels itself approximately private; no other does.
+    processed_path: Path | None = None
 
     @property
     def generator_path(self) -> Path:

@@ -316,6 +316,12 @@ def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, ou
     from dpsynth.report.manifolds import manifold_figures  # imports this module
 
     out += manifold_figures(params, built, out_dir)  # Reshetova et al. Figs. 1, 6, 7
+    from dpsynth.report.train_size import train_size_figures  # imports this module
+
+    out += train_size_figures(params, built, out_dir)  # Reshetova et al. Fig. 11
+    from dpsynth.report.wavelet_figure import wavelet_figures  # imports this module
+
+    out += wavelet_figures(params, built, out_dir, models=models)  # Reshetova et al. Figs. 2, 8
     out += privacy_utility(params, results, out_dir, store)
     if models is not None:
         out += training_curves(params, models, out_dir)

@@ -71,6 +71,16 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         assert exp is not None and experiment is not None
         data = load_processed(processed / f"{exp.dataset}.npz")
         paths = [Path(synthetic) / experiment / f"seed{k}.npz" for k in range(preset.n_synthetic_sets)]
+        from dpsynth.config import resolve_run
+
+        train_records = None
+        run = None if exp.spec.conditional else resolve_run(params, experiment)
+        if run is not None and run.experiment.train_size is not None:
+            # A cell of a training-set-size sweep (Reshetova et al. Fig. 11's "train" curve): also the W2 to its
+            # own clean training records. Computed on private records without noise, as the paper's analysis
+            # does: only the runs that sweep n record it (labelled so in the report), no other run.
+            idx = run.train_indices(len(data.x_train))
+            train_records = data.x_train if idx is None else data.x_train[idx]
         scores = evaluate_synthetic(paths, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                     train_subset=preset.classifier_train_subset, fid_samples=preset.fid_samples,
                                     test_subset=preset.classifier_test_subset,
@@ -79,7 +89,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                     conditional=exp.spec.conditional, fid_cache=fid_cache,
                                     fid_reference=fid_reference(preset, data),
                                     gswgan=_gswgan_settings(params, data, private_out, dev) if GS_WGAN in protocols
-                                    else None, device=dev)
+                                    else None, device=dev, train_records=train_records)
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,

@@ -53,7 +53,7 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
     import torch
 
     from dpsynth.config import load_params, resolve_run
-    from dpsynth.data.dataset import Dataset, load_processed, subset_indices
+    from dpsynth.data.dataset import Dataset, load_processed
     from dpsynth.locations import check_writable_dir
     from dpsynth.methods.context import TrainContext
     from dpsynth.paths import private_run_dir, warmstart_dir
@@ -70,7 +70,7 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
     if run.experiment.local is not None and not run.data.is_file():
         raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {experiment}`)")
     full = load_processed(run.data)
-    idx = subset_indices(len(full.x_train), run.preset.train_subset, run.seed)
+    idx = run.train_indices(len(full.x_train))  # the scale's subset, then the first train_size (sweep key n)
     x, y = (full.x_train, full.y_train) if idx is None else (full.x_train[idx], full.y_train[idx])
     # The trainer never sees the test split: it is for the evaluation stage only.
     data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
@@ -85,6 +85,8 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
         private_dir=private_run_dir(private_out, experiment),
         **({} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}),
         max_steps_this_run=max_steps_this_run,
+        processed_path=(Path(params.data.root) / "processed" / f"{run.experiment.dataset}.npz"
+                        if run.experiment.local is not None else None),
     )
 
 

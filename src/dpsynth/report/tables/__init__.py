@@ -6,7 +6,7 @@ published numbers come from ``published.yaml``; our numbers from ``metrics.json`
 is never blank: a missing run reads "not run", a paper row we do not reproduce "reported
 only", a row or column the paper does not have "not reported".
 
-One module per table kind (``methods``, ``grid``, ``w2``, ``privacy``, ``manifold``; each has a
+One module per table kind (``methods``, ``grid``, ``w2``, ``privacy``, ``manifold``, ``train_size``; each has a
 ``kind:`` of params.yaml ``tables:``), the helpers they share (``common``, ``notes``) and the
 writers (``render``). This module picks a table's kind and re-exports the public names, so
 ``from dpsynth.report.tables import ...`` is the one import the rest of the project needs.
@@ -25,6 +25,7 @@ from dpsynth.report.tables.manifold import _manifold_table
 from dpsynth.report.tables.methods import _methods_table
 from dpsynth.report.tables.notes import _scale_notes as _scale_notes  # re-exported: tests/test_report.py
 from dpsynth.report.tables.privacy import _privacy_table
+from dpsynth.report.tables.train_size import _train_size_table
 from dpsynth.report.tables.render import (
     DEVIATIONS,
     LEGEND,
@@ -35,13 +36,15 @@ from dpsynth.report.tables.render import (
     write_table,
 )
 from dpsynth.report.tables.w2 import _w2_table, read_w2_csv, w2_skipped_reason
+from dpsynth.report.tables.wavelet import _wavelet_table
 
 __all__ = ["DEVIATIONS", "LEGEND", "BuiltTable", "build_table", "build_tables", "check_complete", "read_w2_csv",
            "to_latex", "to_markdown", "w2_skipped_reason", "write_index", "write_table"]
 
 
 _KINDS = {"methods": _methods_table, "grid": _grid_table, "w2_noise": _w2_table, "privacy": _privacy_table,
-          "manifold": _manifold_table}
+          "manifold": _manifold_table, "train_size": _train_size_table,
+          "wavelet": _wavelet_table}
 
 
 def build_table(name: str, params: Params, results: Path) -> BuiltTable:

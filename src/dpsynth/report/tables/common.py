@@ -36,6 +36,11 @@ class BuiltTable:
     grid: dict[str, Any] | None = None
     #: manifold tables: one dict per panel of the figure (row, col, experiment, labels, W2 cell).
     panels: list[dict[str, Any]] | None = None
+    #: train_size tables: {"dataset", "points": [{"n", "train", "test"}], "slopes": {"train", "test"}, "paper_slope"}.
+    curves: dict[str, Any] | None = None
+    #: wavelet tables (Reshetova et al. Figs. 2, 8): one dict per row of the six-column figure (row,
+    #: mechanism, runs {column: experiment}, w2 {column: cell}).
+    wavelet_panels: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

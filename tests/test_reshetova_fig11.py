@@ -1,0 +1,269 @@
+"""Reshetova, Chen, Ozgur, "Training generative models from privatized data via entropic optimal transport"
+(ISIT 2024, arXiv:2306.09547), appendix 5.5, Fig. 11: the training-set size n as a sweep key (each cell trains
+on, and privatizes, the first n of its run's records), the W2 to the run's own clean training records beside
+the W2 to the held-out split, the slope of log W2 against log n with the paper's claim checked, the figure,
+and the `reshetova` target planning the 2-D sweep's cells."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from dpsynth.config import load_params, parse_params, resolve_run
+from dpsynth.errors import ConfigError
+from tests.conftest import REPO
+
+SWEEP, TABLE = "n_half_circle", "reshetova_fig11"
+
+
+def _raw() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+
+
+def _with_sweep(raw: dict[str, Any], values: Any, kind: str = "grid") -> dict[str, Any]:
+    sweep = {"base": "ewgan_half_circle_gauss",
+             **({"grid": {"n": values}} if kind == "grid" else {"cells": [{"n": v} for v in values]})}
+    raw["sweeps"]["n_test"] = sweep
+    return raw
+
+
+# --------------------------------------------------------------------------- the sweep key
+
+
+@pytest.mark.parametrize("values, kind", [([1000, 2.5], "grid"), ([0], "grid"), ([True], "cells"),
+                                          (["1e3"], "grid"), ([-5], "cells"), ([6.0e4], "grid")])
+def test_a_bad_n_is_refused_in_one_line_naming_the_key(values: list[Any], kind: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_params(_with_sweep(_raw(), values, kind), source="fixture")
+    msg = str(exc.value)
+    assert "\n" not in msg and "sweeps.n_test.n:" in msg and "training-set sizes must be whole numbers" in msg, msg
+
+
+def test_n_cells_are_named_by_n_and_set_train_size_only() -> None:
+    params = load_params(REPO / "params.yaml")
+    cells = params.cells_of(SWEEP)
+    assert cells == [f"{SWEEP}-n{n}" for n in (1000, 4000, 15000, 60000)]
+    exps, base = params.all_experiments(), params.experiments["ewgan_half_circle_gauss"]
+    for name, n in zip(cells, (1000, 4000, 15000, 60000)):
+        assert exps[name].train_size == n and base.train_size is None
+        # nothing else differs from the base: the rate in n is the only thing the sweep measures
+        assert exps[name].model_dump(exclude={"train_size"}) == base.model_dump(exclude={"train_size"})
+    # kept out of the quick pipeline's 30 minutes; the MNIST sweep is for the paper scale
+    assert SWEEP not in params.pipeline.sweeps and "n_mnist_fig11" not in params.pipeline.sweeps
+
+
+def test_the_mnist_cells_are_the_papers_setting_sigma_squared_4() -> None:
+    from dpsynth.privacy.local import gaussian_sigma_eq5
+
+    params = load_params(REPO / "params.yaml", scale="paper")
+    exp = params.experiments["ewgan_mnist_gauss_fig11"]
+    local, hp = exp.local, exp.hparams
+    assert local.mechanism == "gaussian" and local.radius == math.sqrt(784)  # no image is moved by the projection
+    assert gaussian_sigma_eq5(local.epsilon, local.delta, 2 * local.radius) == pytest.approx(2.0, abs=1e-6)
+    assert (hp.generator, hp.batch_size, hp.sinkhorn_iters, hp.loss) == ("mlp", 200, 200, "entropic")  # section 4.5
+    assert all(resolve_run(params, c).experiment.train_size <= 60000 for c in params.cells_of("n_mnist_fig11"))
+
+
+# --------------------------------------------------------------------------- the training set of a cell
+
+
+@pytest.fixture
+def half_circle(tmp_path: Path) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A small processed half circle (5,000 train, 1,000 held-out points) and the params at smoke
+    (train_subset 2,000), with a sweep over n and reproducible noise."""
+    from dpsynth.data.prepare import manifold_points
+    from dpsynth.io import write_npz
+
+    rng = np.random.default_rng(3)
+    x, x_test = manifold_points("half_circle", 5000, rng), manifold_points("half_circle", 1000, rng)
+    root = tmp_path / "data"
+    write_npz(root / "processed" / "manifold2d_half_circle.npz", x_train=x.astype(np.float32),
+              y_train=np.zeros(5000, np.int64), x_test=x_test.astype(np.float32), y_test=np.zeros(1000, np.int64),
+              num_classes=np.int64(1))
+    raw = _with_sweep(_raw(), [500, 1000, 2000])
+    raw.update(scale="smoke", privacy_noise="reproducible")
+    raw["data"]["root"] = str(root)
+    return parse_params(raw, source="fixture"), x.astype(np.float32), x_test.astype(np.float32)
+
+
+def test_each_cell_trains_and_privatizes_its_first_n_records_apart_from_the_held_out_ones(
+        half_circle: Any, tmp_path: Path) -> None:
+    from dpsynth.data.dataset import subset_indices
+    from dpsynth.privacy.local import project_l2_ball
+    from dpsynth.stages.privatize import privatize
+
+    params, x, x_test = half_circle
+    scale_subset = subset_indices(5000, params.preset.train_subset, params.seeds[0])
+    assert scale_subset is not None and len(scale_subset) == 2000
+    test_rows = {tuple(r) for r in x_test}
+    previous: np.ndarray | None = None
+    for n in (500, 1000, 2000):
+        name = f"n_test-n{n}"
+        idx = resolve_run(params, name).train_indices(5000)
+        assert len(idx) == n and np.array_equal(idx, scale_subset[:n])  # the first n the scale keeps
+        if previous is not None:
+            assert np.array_equal(idx[:len(previous)], previous)  # a smaller cell's set is a prefix
+        previous = idx
+        assert not test_rows & {tuple(r) for r in x[idx]}  # held-out records: none trained on
+        rep = privatize(params, name)
+        assert rep["num_records"] == n and "the run's" in rep["records_kept"]
+        priv = np.load(Path(params.data.root) / "privatized" / f"{name}.npz")["x_train"]
+        assert priv.shape == (n, 2)
+        # privatized from exactly those records: what is left is the mechanism's noise, of its reported std
+        noise = priv.astype(np.float64) - project_l2_ball(x[idx].astype(np.float64), 1.0)
+        assert noise.std() == pytest.approx(rep["noise_scale"], rel=0.15)
+        shuffled = priv.astype(np.float64) - project_l2_ball(x[np.roll(idx, 1)].astype(np.float64), 1.0)
+        assert shuffled.std() > noise.std() * 1.03  # other records would leave more than the noise
+    # the train stage reads the privatized file back whole: train_indices of its own output keeps all of it
+    assert np.array_equal(resolve_run(params, "n_test-n1000").train_indices(1000), np.arange(1000))
+    # more records than the scale keeps: refused, naming the key
+    raw = _with_sweep(_raw(), [500, 3000])
+    raw["scale"] = "smoke"
+    with pytest.raises(ConfigError, match=r"train_size \(sweep key n\) 3000 exceeds the 2000 training records"):
+        resolve_run(parse_params(raw, source="fixture"), "n_test-n3000").train_indices(5000)
+
+
+def test_the_train_stage_trains_on_the_privatized_first_n(half_circle: Any, tmp_path: Path) -> None:
+    from dpsynth.stages.privatize import privatize
+    from dpsynth.stages.train import build_context
+
+    params, _, _ = half_circle
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    privatize(params, "n_test-n500")
+    ctx = build_context("n_test-n500", out=str(tmp_path / "models"), private_out=str(tmp_path / "private"),
+                        params_file=str(params_file), device="cpu", progress=False)
+    priv = np.load(Path(params.data.root) / "privatized" / "n_test-n500.npz")["x_train"]
+    assert ctx.data.x_train.shape == (500, 2) and np.array_equal(ctx.data.x_train, priv)
+    assert len(ctx.data.x_test) == 0  # the trainer never sees the held-out split
+
+
+# --------------------------------------------------------------------------- the W2-to-train record
+
+
+def test_evaluate_records_w2_to_the_runs_own_clean_training_records(half_circle: Any, tmp_path: Path) -> None:
+    from dpsynth.evaluate.record import MetricsError, MetricsRecord
+    from dpsynth.evaluate.w2 import w2_distance
+    from dpsynth.stages.evaluate import run_evaluate
+    from tests.test_reshetova_figures import _fabricate
+
+    params, x, x_test = half_circle
+    name = "n_test-n1000"
+    rng = np.random.default_rng(5)
+    _fabricate(params, tmp_path / "results", Path(params.data.root), name, 0.5, rng)
+    assert run_evaluate(params, name, synthetic=str(Path(params.data.root) / "synthetic"),
+                        models=str(tmp_path / "models"), results=str(tmp_path / "results"),
+                        private_out=str(tmp_path / "private"), device="cpu") == 0
+    rec = json.loads((tmp_path / "results" / "runs" / name / "metrics.json").read_text())
+    w2 = rec["w2"]
+    assert w2["train"]["n_records"] == 1000 and w2["train"]["n_points"] == 1000
+    assert "clean" in w2["train"]["reference_split"]
+    gen = np.load(Path(params.data.root) / "synthetic" / name / "seed0.npz")["x"].astype(np.float64)
+    idx = resolve_run(params, name).train_indices(5000)
+    assert w2["train"]["mean"] == pytest.approx(w2_distance(gen, x[idx].astype(np.float64), n=1000, seed=0))
+    assert w2["mean"] == pytest.approx(w2_distance(gen, x_test.astype(np.float64), n=1000, seed=0))
+    assert w2["train"]["mean"] != pytest.approx(w2["mean"], abs=1e-9)  # two references, two numbers
+    # a run that sweeps no n keeps to the released quantities: no W2 to its (private, clean) training records
+    _fabricate(params, tmp_path / "results", Path(params.data.root), "ewgan_half_circle_gauss", 0.5, rng)
+    assert run_evaluate(params, "ewgan_half_circle_gauss", synthetic=str(Path(params.data.root) / "synthetic"),
+                        models=str(tmp_path / "models"), results=str(tmp_path / "results"),
+                        private_out=str(tmp_path / "private"), device="cpu") == 0
+    assert "train" not in json.loads((tmp_path / "results" / "runs" / "ewgan_half_circle_gauss" / "metrics.json").read_text())["w2"]
+    bad = {**rec, "w2": {**w2, "train": {**w2["train"], "mean": -1.0, "values": []}}}
+    with pytest.raises(MetricsError, match=r"w2\.train\.mean"):
+        MetricsRecord.from_dict(bad)
+
+
+# --------------------------------------------------------------------------- slope, claim, figure
+
+
+def test_the_slope_fit_recovers_the_exponent() -> None:
+    from dpsynth.report.tables.train_size import fit_slope
+
+    ns = [1000, 4000, 15000, 60000]
+    assert fit_slope(ns, [3.7 * n ** -0.5 for n in ns]) == pytest.approx(-0.5, abs=1e-9)
+    assert fit_slope(ns, [0.2 * n ** -0.13 for n in ns]) == pytest.approx(-0.13, abs=1e-9)
+    assert fit_slope(ns, [0.4] * 4) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="two different n"):
+        fit_slope([1000, 1000], [0.1, 0.2])
+
+
+def _fabricate_cells(params: Any, results: Path, data: Path, w2: Any) -> None:
+    """Metrics of every cell of the 2-D sweep: ``w2(n) -> (train, held-out)``."""
+    from tests.test_reshetova_figures import _fabricate
+
+    rng = np.random.default_rng(0)
+    exps = params.all_experiments()
+    for name in params.cells_of(SWEEP):
+        train, test = w2(exps[name].train_size)
+        _fabricate(params, results, data, name, test, rng)
+        path = results / "runs" / name / "metrics.json"
+        rec = json.loads(path.read_text())
+        rec["w2"]["train"] = {"mean": train, "std": 0.0, "n": 1, "values": [train], "n_points": 1000,
+                              "n_records": exps[name].train_size, "reference_split": "train (clean)"}
+        path.write_text(json.dumps(rec))
+
+
+def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
+    from dpsynth.report.tables import build_table
+    from dpsynth.report.train_size import train_size_figure
+
+    raw = _raw()
+    raw["data"]["root"] = str(tmp_path / "data")
+    params = parse_params(raw, source="fixture")
+    results = tmp_path / "results"
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: (1.9 * n ** -0.5, 2.0 * n ** -0.5))
+    built = build_table(TABLE, params, results)
+    f = built.frame
+    assert list(f["n"]) == ["1,000", "4,000", "15,000", "60,000"] and built.ours == 4
+    assert list(f["W2 to clean held-out ours"])[0] == f"{2.0 * 1000 ** -0.5:.3f} ± 0.000"
+    assert list(f["W2 to clean train ours"])[-1] == f"{1.9 * 60000 ** -0.5:.3f} ± 0.000"
+    assert set(f["W2 paper"]) == {"not reported (plot only)"}
+    assert built.curves["slopes"]["train"] == pytest.approx(-0.5, abs=1e-9)
+    claim = next(n for n in built.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
+    assert "Ours: holds -- fitted slope of log W2 against log n: train -0.500 (the rate), held-out -0.500" in claim
+    assert any("reads the clean training records" in n and "not a private release" in n for n in built.notes)
+    assert any(n.startswith("Ours: Our adaptation") for n in built.notes)
+    drawn = train_size_figure(built, params, tmp_path / "fig")
+    assert drawn.name == f"{TABLE}.png" and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # W2 flat in n: the claim does not hold; the figure is another picture
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: (0.30, 0.31))
+    flat = build_table(TABLE, params, results)
+    claim = next(n for n in flat.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
+    assert "Ours: does not hold -- fitted slope of log W2 against log n: train +0.000 (does not fall)" in claim
+    assert train_size_figure(flat, params, tmp_path / "flat").read_bytes() != drawn.read_bytes()
+    # falling more slowly: in part
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: (n ** -0.1, 1.1 * n ** -0.1))
+    slow = build_table(TABLE, params, results)
+    assert any("Ours: holds in part (W2 falls with n, not at the paper's rate)" in n for n in slow.notes)
+
+    # the MNIST figure without runs: every row "not run", the claim not checked, a placeholder figure
+    mnist = build_table("reshetova_fig11_mnist", params, results)
+    assert set(mnist.frame["W2 to clean held-out ours"]) == {"not run"} and mnist.ours == 0
+    assert any("Ours: not checked" in n for n in mnist.notes)
+    assert train_size_figure(mnist, params, tmp_path / "none").is_file()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["tables"][TABLE].update(sweeps=["pm_mnist_quick"]), "sweeps ['m', 'p']"),
+    (lambda r: r["tables"][TABLE].update(dataset="manifold2d_ellipse"), "not an entropic_wgan run on locally "
+                                                                         "privatized manifold2d_ellipse"),
+    (lambda r: r["sweeps"][SWEEP]["grid"].update(n=[1000]), "at least two sizes"),
+])
+def test_a_train_size_figure_with_a_wrong_sweep_is_refused_by_key(edit: Any, message: str) -> None:
+    raw = _raw()
+    edit(raw)
+    with pytest.raises(ConfigError, match=rf"tables\.{TABLE}") as exc:
+        parse_params(raw, source="fixture")
+    assert message in str(exc.value)
+
+
+# (that `snakemake reshetova` plans exactly the 2-D sweep's cells, and no MNIST one: test_reshetova_figures's
+# test_the_reshetova_target_plans_every_panels_runs)

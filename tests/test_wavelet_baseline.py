@@ -189,3 +189,22 @@ def test_the_six_column_figure_renders_from_fabricated_files(tmp_path: Path) -> 
     assert all(v is None for k, v in cell_images(built.wavelet_panels[1], root, models, "mnist", 9).items() if k != "clean")
     (png,) = wavelet_figures(params, {"reshetova_fig2": built}, tmp_path / "fig", data_root=root, models=models)
     assert png.name == "reshetova_fig2.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("mechanism,delta", [("laplace", None), ("gaussian", 1e-4)])
+def test_the_denoisers_noise_level_is_the_mechanisms_own(mechanism: str, delta: float | None) -> None:
+    """The threshold's noise std comes from the mechanism (``LocalNoise.coordinate_std``), not from a
+    name comparison: it matches the empirical std of the noise the privatize stage adds to 200,000
+    coordinates far inside the ball (the projection moves nothing), within 2 % (the std of a sample std
+    of 200,000 Laplace draws is ~0.25 %)."""
+    import numpy as np
+
+    from dpsynth.config.experiment import LocalMechanism
+    from dpsynth.methods.entropic_wgan import local_noise
+    from dpsynth.methods.wavelet_wgan import noise_std
+    from dpsynth.privacy import mechanisms
+
+    local = LocalMechanism(mechanism=mechanism, epsilon=5.0, delta=delta, radius=1000.0)
+    noisy, _ = mechanisms.local(mechanism).privatize(np.zeros((200_000, 1)), radius=1000.0, epsilon=5.0, delta=delta,
+                                                     rng=np.random.default_rng(0))
+    assert noise_std(local_noise(local)) == pytest.approx(float(np.std(noisy)), rel=0.02)

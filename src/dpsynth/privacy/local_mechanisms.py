@@ -7,6 +7,8 @@ params load).
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dpsynth.errors import PrivacyError
@@ -55,6 +57,11 @@ class LocalNoise(Mechanism):
         the guarantee) and ``paper_convention`` (sensitivity R, what the paper's convention claims)."""
         raise NotImplementedError
 
+    def coordinate_std(self, scale: float) -> float:
+        """The standard deviation of the noise on one coordinate for the report's ``noise_scale`` (public:
+        it follows from epsilon, delta and R): what a denoiser tuned to the noise level reads."""
+        raise NotImplementedError
+
     def recompute(self, report: dict[str, Any], where: str, delta: float) -> dict[str, float]:
         loc = (report.get("extra") or {}).get("local") or {}
         return self.epsilons(report_number(loc, "radius", where), report_number(loc, "noise_scale", where),
@@ -78,6 +85,9 @@ class LocalLaplace(LocalNoise):
     def epsilons(self, radius: float, scale: float, delta: float) -> dict[str, float]:
         return {"sound": 2.0 * radius / scale, "paper_convention": radius / scale}
 
+    def coordinate_std(self, scale: float) -> float:
+        return scale * math.sqrt(2.0)  # Laplace of scale b: variance 2 b^2
+
 
 @register
 class LocalGaussian(LocalNoise):
@@ -94,6 +104,9 @@ class LocalGaussian(LocalNoise):
         if delta is None or dct_image_shape is not None:
             raise PrivacyError(self.config_problem(delta, dct_image_shape is not None))
         return gaussian_mechanism(x, radius, epsilon, delta, rng)
+
+    def coordinate_std(self, scale: float) -> float:
+        return scale  # N(0, s^2)
 
     def epsilons(self, radius: float, scale: float, delta: float) -> dict[str, float]:
         from dpsynth.privacy.local import gaussian_epsilon_eq5

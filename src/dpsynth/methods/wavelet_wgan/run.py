@@ -43,10 +43,11 @@ APPROXIMATE = ("only approximately private (Reshetova et al., arXiv:2306.09547, 
 
 
 def noise_std(noise: dict[str, Any]) -> float:
-    """Per-pixel standard deviation of the local mechanism's noise (public: it follows from epsilon, delta, R):
-    Laplace of scale b -> b sqrt(2); Gaussian of std s -> s."""
-    s = float(noise["noise_scale"])
-    return s * math.sqrt(2.0) if noise["mechanism"] == "laplace" else s
+    """Per-pixel standard deviation of the local mechanism's noise (public: it follows from epsilon, delta, R),
+    as the mechanism itself says (``LocalNoise.coordinate_std``: Laplace of scale b -> b sqrt(2), Gaussian -> s)."""
+    from dpsynth.privacy import mechanisms
+
+    return mechanisms.local(noise["mechanism"]).coordinate_std(float(noise["noise_scale"]))
 
 
 def validate(ctx: TrainContext) -> tuple[int, ...]:

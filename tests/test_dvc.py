@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import venv_bin
+from tests.conftest import REPO, venv_bin
 from tests.pipelines import copy_workspace, env
 
 # timeout: a test that asks for `smoke_pipelines` may wait for both runs (minutes; more on a loaded CPU)
@@ -87,6 +87,10 @@ def repos(smoke_pipelines, tmp_path_factory) -> Repos:
 #: two experiments, each with its own report stage and DVC's experiment set-up.
 EXPERIMENT = (f"{SWEEP_KEY}=1.0", "sweeps.pm_fmnist_quick.grid.p=[1.0,0.5]")
 NEW_CELL = "pm_fmnist_quick-p0.5-m1"
+#: The README's comparison view: what differs between the experiments (params and headline metrics), without the
+#: hash columns of the changed inputs and outputs. Plain `dvc exp show` lists every key of params.yaml (DVC always
+#: reads all of the default params file) and every stage's inputs: ~870 columns at the smoke scale.
+EXP_COMPARE = ("--only-changed", "--drop", "^(data|models|results|src)(/[^:]*)?$")
 
 
 @dataclass
@@ -98,6 +102,8 @@ class Experiment:
     exp_gen: str  # the experiment's generator's digest, and its weights
     exp_w: dict[str, torch.Tensor]
     shown: list  # `dvc exp show --json`
+    compared: list[str]  # the columns of the README's comparison view (EXP_COMPARE)
+    all_columns: int  # the columns of plain `dvc exp show`
     cell_metrics: dict  # the new sweep cell's metrics.json and the report's grid table, as the run left them
     grid_table: str
 
@@ -114,7 +120,9 @@ def experiment(repos) -> Experiment:
     assert "Ran experiment(s)" in out, out[-3000:]
     assert_clean(d)
     shown = json.loads(dvc(d, "exp", "show", "--json"))
-    return Experiment(out, base_gen, base_w, base_synth, digest(d / GEN), weights(d), shown,
+    compared = dvc(d, "exp", "show", *EXP_COMPARE, "--csv").strip().splitlines()[0].split(",")
+    all_columns = len(dvc(d, "exp", "show", "--csv").strip().splitlines()[0].split(","))
+    return Experiment(out, base_gen, base_w, base_synth, digest(d / GEN), weights(d), shown, compared, all_columns,
                       json.loads((d / f"results/runs/{NEW_CELL}/metrics.json").read_text()),
                       (d / "results/tables/pm_grid_fmnist.md").read_text())
 
@@ -191,33 +199,31 @@ EDITS: list[tuple[str, Callable[[dict], None], set[str]]] = [
 ]
 
 
-def _stage_graph(d: Path) -> tuple[dict[tuple[str, str], str], dict[str, set[str]]]:
-    """(the DVC stage of each job (rule, wildcard) -- through its settings file --, each stage's
-    direct successors: a dep that is, lies in, or holds another stage's output)."""
+def _stage_of_job(d: Path) -> dict[tuple[str, str], str]:
+    """The DVC stage of each job (rule, wildcard), through its settings file."""
     from tests.test_workflow_sync import dvc_stage_list
 
-    stages = [s for s in dvc_stage_list(d) if s[0] != "settings"]
     job_of = {}
-    for name, deps, _outs, _cmd in stages:
+    for name, deps, _outs, _cmd in dvc_stage_list(d):
+        if name == "settings":
+            continue
         (own,) = [x for x in deps if x.startswith("results/settings/")]
         rule, job = own.removeprefix("results/settings/").removesuffix(".json").split("/")
         job_of[(rule, "" if rule == "report" else job)] = name
-    after = {name: {other for other, deps, _, _ in stages if other != name and any(
-        dep == out or dep.startswith(out + "/") or out.startswith(dep + "/") for dep in deps for out in outs)}
-        for name, _deps, outs, _cmd in stages}
-    return job_of, after
+    return job_of
 
 
-def dvc_reruns(d: Path, after: dict[str, set[str]]) -> tuple[set[str], set[str]]:
-    """(the stages DVC finds changed once its `settings` stage has run, those and everything after them)."""
-    dvc(d, "repro", "--single-item", "settings")
-    changed = set(json.loads(dvc(d, "status", "--json").strip().splitlines()[-1]))
-    todo, closure = list(changed), set(changed)
-    while todo:
-        for nxt in after[todo.pop()] - closure:
-            closure.add(nxt)
-            todo.append(nxt)
-    return changed, closure
+def dvc_plan(d: Path) -> dict:
+    """`dpsynth workflow plan --json`: the stages `dvc repro` will run (DVC's status after the settings files
+    are brought up to date, and every stage after those in DVC's graph), and why."""
+    return json.loads(sh(d, venv_bin("dpsynth"), "workflow", "plan", "--json").strip().splitlines()[-1])
+
+
+def dvc_reruns(d: Path) -> tuple[set[str], set[str]]:
+    """(the stages DVC finds changed, those and everything after them), without the cheap `settings` stage."""
+    plan = dvc_plan(d)
+    stages = set(plan["stages"]) - {"settings"}
+    return {s for s in stages if not plan["reasons"][s].startswith("after ")}, stages
 
 
 def test_edits_re_run_the_same_stages_in_both_dags(repos):
@@ -229,7 +235,7 @@ def test_edits_re_run_the_same_stages_in_both_dags(repos):
     from tests.test_workflow_sync import dry_run_plan
 
     sm, dv = repos.snakemake, repos.dvc
-    job_of, after = _stage_graph(dv)
+    job_of = _stage_of_job(dv)
     assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
     original = (sm / "params.yaml").read_text()
     _back_to_baseline(dv)
@@ -239,7 +245,7 @@ def test_edits_re_run_the_same_stages_in_both_dags(repos):
             edit_params(sm, edit)
             edit_params(dv, edit)
             planned = {job_of[(rule, wildcard)] for rule, wildcard, _why in dry_run_plan(sm)}
-            changed, reruns = dvc_reruns(dv, after)
+            changed, reruns = dvc_reruns(dv)
         finally:
             (sm / "params.yaml").write_text(original)
             _back_to_baseline(dv)
@@ -247,6 +253,56 @@ def test_edits_re_run_the_same_stages_in_both_dags(repos):
         assert "report" in changed and changed <= want
     assert "Nothing to be done" in sh(sm, venv_bin("snakemake"), "-n")
     assert_clean(dv)
+
+
+def test_the_dvc_plan_names_a_new_cells_stages_as_snakemake_does(repos):
+    """A new sweep cell (one more `p` in a grid DVC's matrix reads): `dpsynth workflow plan` names the cell's
+    train, sample and evaluate stages and the report -- the jobs `snakemake -n` plans -- where `dvc status`
+    named only `settings` and `dvc repro --dry` stopped at the cell's missing settings file, then at its
+    model no stage had made yet (issue 47; treeverse/dvc#9021)."""
+    from tests.test_workflow_sync import dry_run_plan
+
+    sm, dv = repos.snakemake, repos.dvc
+    original = (sm / "params.yaml").read_text()
+    _back_to_baseline(dv)
+
+    def more_cells(p: dict) -> None:
+        p["sweeps"]["pm_fmnist_quick"]["grid"]["p"] = [1.0, 0.5]
+
+    try:
+        edit_params(sm, more_cells)
+        edit_params(dv, more_cells)
+        job_of = _stage_of_job(dv)
+        planned = {job_of[(rule, wildcard)] for rule, wildcard, _why in dry_run_plan(sm)}
+        plan = dvc_plan(dv)
+    finally:
+        (sm / "params.yaml").write_text(original)
+        _back_to_baseline(dv)
+    cell = {f"{r}_pm_fmnist_quick@0.5-1" for r in ("train", "sample", "evaluate")}
+    assert cell | {"report"} <= planned, sorted(planned)
+    assert set(plan["stages"]) - {"settings"} == planned, (sorted(plan["stages"]), sorted(planned))
+    assert all(plan["reasons"][s] == "new: not in dvc.lock" for s in cell), plan["reasons"]
+    assert plan["stages"].index("train_pm_fmnist_quick@0.5-1") < plan["stages"].index("sample_pm_fmnist_quick@0.5-1")
+    assert not CELL_STAGES & set(plan["stages"])  # the old cell stays as it is
+    assert_clean(dv)
+
+
+def test_the_dvc_plan_of_a_fresh_clone_is_every_stage(tmp_path):
+    """In a fresh clone nothing has run: the plan is every stage, in an order DVC can run them, and the
+    same jobs as `snakemake -n` (where `dvc repro --dry` stops at the first input no stage has made yet)."""
+    from tests.pipelines import copy_workflow, smoke_patch
+    from tests.test_workflow_sync import dry_run_plan
+
+    d = copy_workflow(tmp_path / "fresh", smoke_patch)
+    plan = dvc_plan(d)
+    job_of = _stage_of_job(d)
+    assert set(plan["stages"]) == set(job_of.values()) | {"settings"}
+    assert {job_of[(rule, wildcard)] for rule, wildcard, _why in dry_run_plan(d)} == set(job_of.values())
+    order = plan["stages"]
+    assert order[0] == "settings" and order.index(f"train@{EXP}") < order.index(f"sample@{EXP}") \
+        < order.index(f"evaluate@{EXP}") < order.index("report")
+    human = sh(d, venv_bin("dpsynth"), "workflow", "plan")
+    assert f"dvc repro will run {len(order)} stage(s)" in human, human
 
 
 def snakemake_plans_nothing(d: Path) -> None:
@@ -347,6 +403,14 @@ def test_exp_run_on_a_sweep_list_runs_exactly_the_new_cell(repos, experiment):
     assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"}
     assert experiment.cell_metrics["train"]["hparams"]["p"] == 0.5
     assert NEW_CELL in experiment.grid_table
+
+    # The README's comparison view: the two keys set, the runs' headline numbers, nothing else.
+    columns = experiment.compared
+    assert f"dvc exp show {EXP_COMPARE[0]} {EXP_COMPARE[1]} '{EXP_COMPARE[2]}'" in (REPO / "README.md").read_text()
+    assert {SWEEP_KEY.removeprefix("params.yaml:"), "sweeps.pm_fmnist_quick.grid.p"} <= set(columns), columns
+    assert f"results/runs/{NEW_CELL}/headline.json:epsilon" in columns, columns
+    assert all(c in ("Experiment", "rev", "typ", "Created", "parent") or ":" in c or "/" not in c for c in columns), columns
+    assert len(columns) <= 40 < experiment.all_columns, (len(columns), experiment.all_columns)
 
 
 def test_metrics_and_plots_diff_read_the_committed_run_from_the_cache(smoke_pipelines, tmp_path):

@@ -144,3 +144,28 @@ def test_dvc_push_never_sends_the_prepared_training_records(tmp_path: Path):
     lock = json.dumps(yaml.safe_load((d / "dvc.lock").read_text()))
     assert md5["data/processed/digits28.npz"] in lock  # still cached and recorded: checkout restores it
 
+
+
+def test_plan_refuses_outside_a_dvc_project_in_one_line_and_writes_nothing(tmp_path: Path, capsys, monkeypatch):
+    """`dpsynth workflow plan` where it cannot plan: no dvc.yaml, a stale dvc.yaml, no DVC repository. One line
+    each, naming what to do, and no settings file written (the plan itself: tests/test_dvc.py)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    assert main(["workflow", "plan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("dpsynth: error: no dvc.yaml in this folder: run `dpsynth workflow plan` in the project's root "
+                   "(or write it with `dpsynth workflow dvc`)"), err
+
+    raw = shipped()
+    raw["pipeline"]["experiments"].append("gswgan_fmnist_loose")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    assert main(["workflow", "plan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dpsynth: error: dvc.yaml is stale for params.yaml") and "\n" not in err, err
+
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    assert main(["workflow", "plan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dpsynth: error: dvc: you are not inside of a DVC repository") and "\n" not in err, err
+    assert not (tmp_path / "results").exists()

@@ -1,5 +1,6 @@
 """`dpsynth workflow dvc [--check]`: write dvc.yaml from params.yaml, or check it is up to date;
-`dpsynth workflow settings`: write each job's settings file (DVC's `settings` stage runs it)."""
+`dpsynth workflow settings`: write each job's settings file (DVC's `settings` stage runs it);
+`dpsynth workflow plan`: the stages `dvc repro` will run, before it runs (``dpsynth.workflow.plan``)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,45 @@ def _settings(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from dpsynth.errors import DpsynthError
+    from dpsynth.workflow.dvc import stale_diff
+    from dpsynth.workflow.plan import dvc_plan
+
+    params = params_from_args(args)
+    assert params is not None
+    if not Path("dvc.yaml").is_file():
+        raise DpsynthError("no dvc.yaml in this folder: run `dpsynth workflow plan` in the project's root "
+                           "(or write it with `dpsynth workflow dvc`)")
+    if stale_diff(params, Path("dvc.yaml")):
+        raise DpsynthError(f"dvc.yaml is stale for {params_path(args)} (an experiment or sweep added to or removed "
+                           "from `pipeline:`): run `dpsynth workflow dvc` first, then plan")
+    try:
+        plan = dvc_plan(params)
+    except Exception as exc:  # DVC's own errors (not a DVC project, a malformed dvc.lock): one line, DVC's words
+        if type(exc).__module__.startswith("dvc"):
+            raise DpsynthError(f"dvc: {exc}") from exc
+        raise
+    if args.json:
+        print(json.dumps({"stages": plan.stages, "reasons": plan.reasons, "settings_written": plan.settings_written}))
+        return 0
+    if plan.settings_written:
+        print(f"settings files brought up to date: {len(plan.settings_written)}")
+    if not plan.stages:
+        print("dvc repro has nothing to run")
+        return 0
+    width = max(map(len, plan.stages))
+    print(f"dvc repro will run {len(plan.stages)} stage(s), {len(plan.changed)} changed and what follows them:")
+    for stage in plan.stages:
+        print(f"  {stage:<{width}}  {plan.reasons[stage]}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("workflow", help="generate the pipeline's declarations for DVC (dvc.yaml)")
-    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings>")
+    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings|plan>")
     ws.required = True
     dvc = ws.add_parser("dvc", help="write dvc.yaml from params.yaml (after adding or removing an experiment "
                         "or sweep under `pipeline:`)")
@@ -57,3 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "(DVC's stages depend on these files, so DVC re-runs what Snakemake re-runs)")
     add_params_arg(settings)
     settings.set_defaults(func=_settings)
+    plan = ws.add_parser("plan", help="list the stages `dvc repro` will run and why, before running anything "
+                         "(new sweep cells and a fresh clone included, where `dvc repro --dry` stops); brings the "
+                         "settings files up to date first, as DVC's `settings` stage would")
+    add_params_arg(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=_plan)

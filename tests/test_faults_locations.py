@@ -12,6 +12,7 @@ refused first, in one line (exit 2, no traceback), before any private record is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -200,6 +201,31 @@ def test_a_second_run_of_the_same_experiment_is_refused_naming_the_holder(
     rc, out, err = _train(capsys=capsys)
     assert rc == 0, err
     assert json.loads(out)["finished"] is True
+    assert not (work / "private" / "runs" / EXP / LOCK_FILE).exists()  # a finished run leaves no lock file (issue 47)
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_not_the_one_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The releasing holder removes the lock file: a process that opened it just before must not hold the
+    removed file's lock (a third process would then lock the new file beside it). Simulated in one process:
+    the file is removed between the open and the lock."""
+    import fcntl
+
+    import dpsynth.locations as locations
+
+    path, real, removed = tmp_path / LOCK_FILE, fcntl.lockf, []
+
+    def lockf(fd: int, op: int) -> None:
+        if not removed:
+            removed.append(os.fstat(fd).st_ino)
+            path.unlink()  # the holder released and removed the file after our open
+        real(fd, op)
+
+    monkeypatch.setattr(locations.fcntl, "lockf", lockf)
+    with RunLock(tmp_path, "x") as lock:
+        assert lock._fd is not None and path.exists()
+        assert os.fstat(lock._fd).st_ino == os.stat(path).st_ino  # the file at the path, not the removed one
+    assert removed and not path.exists()
 
 
 def test_the_lock_is_exclusive_between_processes_and_free_after_use(tmp_path: Path) -> None:

@@ -111,16 +111,22 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_holder(fd)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_holder(fd)
+                os.close(fd)
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    raise DpsynthError(f"{self.what} is being trained by another process ({holder}; lock {self.path}); "
+                                       "wait for it to finish, or stop it, and run again") from None
+                raise
+            if _is_current(fd, self.path):
+                break
+            # The holder released and removed this file between our open and our lock: the lock we hold is on
+            # a file no one else will open; take the one now at the path.
             os.close(fd)
-            if exc.errno in (errno.EACCES, errno.EAGAIN):
-                raise DpsynthError(f"{self.what} is being trained by another process ({holder}; lock {self.path}); "
-                                   "wait for it to finish, or stop it, and run again") from None
-            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
@@ -128,9 +134,22 @@ class RunLock:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing drops the lock; the empty file stays (removing it would race a waiter)
+            # Removed while still held, then closed (which drops the lock): nothing stays behind after a run.
+            # A process that opened the file just before the removal finds, once it holds the lock, that the
+            # file is no longer at the path (``_is_current``) and opens the new one, so two never both hold it.
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
             self._fd = None
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not removed by a releasing holder)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _read_holder(fd: int) -> str:

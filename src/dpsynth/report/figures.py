@@ -13,7 +13,6 @@ report stage do not depend on which runs happened to finish.
 from __future__ import annotations
 
 import math
-import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,16 @@ import numpy as np
 import pandas as pd
 
 from dpsynth.config import Params
-from dpsynth.io import atomic_open, atomic_path
+from dpsynth.io import atomic_open
 from dpsynth.paths import samples_png, w2_noise_csv
+from dpsynth.report.plotting import placeholder as _placeholder
+from dpsynth.report.plotting import plt as _plt
+from dpsynth.report.plotting import save as _save
+from dpsynth.report.manifolds import manifold_figures
 from dpsynth.report.runs import METRICS, RunStore, metric_value
 from dpsynth.report.tables import BuiltTable, read_w2_csv, w2_skipped_reason
+from dpsynth.report.train_size import train_size_figures
+from dpsynth.report.wavelet_figure import wavelet_figures
 
 W2_CSV = "w2_noise.csv"
 PRIVACY_UTILITY_CSV = "privacy_utility.csv"
@@ -33,30 +38,6 @@ PRIVACY_UTILITY_CSV = "privacy_utility.csv"
 W2_BY_LOSS_CSV = "w2_noise_by_loss.csv"
 ACCURACY_VS_EPSILON_CSV = "accuracy_vs_epsilon.csv"
 FID_VS_EPSILON_CSV = "fid_vs_epsilon.csv"
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-    _plt().close(fig)
-    return path
-
-
-def _placeholder(path: Path, title: str, message: str) -> Path:
-    plt = _plt()
-    fig = plt.figure(figsize=(5, 1.5))
-    fig.text(0.5, 0.6, title, ha="center", va="center", fontsize=10, weight="bold")
-    fig.text(0.5, 0.3, textwrap.fill(message, 90), ha="center", va="center", fontsize=8)
-    return _save(fig, path)
 
 
 def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> Path:
@@ -313,13 +294,8 @@ def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, ou
         if hm is not None:
             out.append(hm)
     out += w2_noise(params, results, out_dir)
-    from dpsynth.report.manifolds import manifold_figures  # imports this module
-
     out += manifold_figures(params, built, out_dir)  # Reshetova et al. Figs. 1, 6, 7
-    from dpsynth.report.train_size import train_size_figures  # imports this module
-
     out += train_size_figures(params, built, out_dir)  # Reshetova et al. Fig. 11
-    from dpsynth.report.wavelet_figure import wavelet_figures  # imports this module
 
     out += wavelet_figures(params, built, out_dir, models=models)  # Reshetova et al. Figs. 2, 8
     out += privacy_utility(params, results, out_dir, store)

@@ -21,7 +21,8 @@ import numpy as np
 
 from dpsynth.config import Params
 from dpsynth.errors import DataError
-from dpsynth.report.figures import _plt, _save
+from dpsynth.report.plotting import plt as _plt
+from dpsynth.report.plotting import save as _save
 from dpsynth.report.tables import BuiltTable
 
 #: Points drawn per panel (a random subset, the same for every run): enough to see the shape.

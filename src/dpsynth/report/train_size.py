@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from dpsynth.config import Params
-from dpsynth.report.figures import _placeholder, _plt, _save
+from dpsynth.report.plotting import placeholder as _placeholder
+from dpsynth.report.plotting import plt as _plt
+from dpsynth.report.plotting import save as _save
 from dpsynth.report.tables import BuiltTable
 
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from dpsynth.config import Params
 from dpsynth.errors import DataError
-from dpsynth.report.figures import _plt, _save
+from dpsynth.report.plotting import plt as _plt
+from dpsynth.report.plotting import save as _save
 from dpsynth.report.tables import BuiltTable
 
 #: Images per cell (a TILE x TILE mosaic); the paper shows one per cell in Fig. 2, 200 in Fig. 8.

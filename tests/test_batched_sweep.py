@@ -69,7 +69,7 @@ def test_each_member_has_its_own_accountant(mode):
                                      SweepMember(seed=2, sigma=None)], x, y, forward_mode=mode)
     sweep.step()
     sweep.step()
-    for i, mem in enumerate(sweep.members):
+    for i, mem in enumerate(sweep.sweep_members):
         alone = train_one(sweep.shared, mem, x, y, 2).state_dict()
         assert all(torch.allclose(sweep.generator(i).state_dict()[k], v, rtol=0, atol=1e-9) for k, v in alone.items())
     e = sweep.epsilons()
@@ -150,3 +150,71 @@ def test_the_packed_sweep_runs_under_the_runs_gpu_levers(data, mode):
         assert tuned.tuning.levers == () and torch.equal(plain, levered)
     fused = BatchedSweep(shared, members, x, y, forward_mode=mode, tuning=StepTuning.of(["fused_adam"]))
     assert all(opt.defaults.get("fused") for opt in fused.opts)
+
+
+def test_one_member_is_the_single_run_bit_for_bit(data):
+    """The packed step of ONE member is exactly a run's step (issue 42: one step class, K = 1 is today's
+    run): two float32 private steps with the mixed cost equal, bit for bit (torch.equal), the run's
+    sequence written out here from its plain pieces -- Poisson batch, latents then labels, the forward,
+    the member's WholeBatchSanitizer, the unbatched solve, backward, Adam. (A member axis of size one in
+    the solve would round the gradient differently: ~6e-8 in float32, measured.) A sweep of one built
+    from the sweep's settings is that same run."""
+    from dpsynth.methods.dp_sinkhorn.batch import poisson_batch
+    from dpsynth.methods.dp_sinkhorn.step import Member, PackedStep, embed_points, fast_forward, step_loss
+    from dpsynth.methods.dp_sinkhorn.sweep import member_setup
+    from dpsynth.ot.costs import MixedL2L1Cost
+    from dpsynth.privacy.sanitizers import WholeBatchSanitizer
+
+    x, y = data[0].float(), data[1]
+    shared = _shared(dtype=torch.float32)
+    mem = SweepMember(seed=3, m=1.0, sigma=0.9, clip=0.4)
+    spec = mem.spec(shared, 10)
+
+    G, opt, gens = member_setup(shared, mem, x.device)
+    san = WholeBatchSanitizer(spec.clip, spec.sigma, spec.n, gens["noise"])
+    cost, plain = MixedL2L1Cost(spec.m), []
+    for _ in range(2):
+        xs, ys, w, _ = poisson_batch(x, y, spec.q, gens["data"])
+        z = G.sample_latent(spec.n + spec.n_extra, gens["model"])
+        labels = G.sample_labels(spec.n + spec.n_extra, gens["model"])
+        imgs = san.attach(fast_forward(G, z, labels))
+        loss = step_loss(spec, cost, embed_points(imgs, labels, 10, spec.alpha_c), embed_points(xs, ys, 10, spec.alpha_c), w)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        plain.append(loss.detach())
+
+    G1, opt1, gens1 = member_setup(shared, mem, x.device)
+    packed = PackedStep([Member(G1, opt1, spec, gens1)], x, y)
+    losses = [packed()[0] for _ in range(2)]
+    assert all(torch.equal(a.reshape(1), b) for a, b in zip(plain, losses))
+    assert all(torch.equal(a, b) for a, b in zip(G.state_dict().values(), G1.state_dict().values()))
+    one = BatchedSweep(shared, [mem], x, y)
+    one.step()
+    one.step()
+    assert all(torch.equal(a, b) for a, b in zip(G.state_dict().values(), one.generator(0).state_dict().values()))
+
+
+def test_the_loop_charges_each_packed_members_guard_before_the_step():
+    """Driven by the one loop (methods/loop.py::drive, as the pipeline's train-sweep job does), the packed
+    step keeps no accountant: the loop charges every member's guard first, so a member past its target
+    refuses (PrivacyError) before any member's weights move."""
+    from types import SimpleNamespace
+
+    from dpsynth.methods.dp_sinkhorn.sweep import member_guard
+    from dpsynth.methods.loop import drive
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(300, 2, generator=g, dtype=torch.float64), torch.zeros(300, dtype=torch.int64)
+    shared = _shared(arch=MLP, n=20, n_extra=4, q=20 / 300, target_epsilon=0.01)
+    members = [SweepMember(seed=0, sigma=50.0), SweepMember(seed=1, sigma=1.1)]
+    sweep = BatchedSweep(_shared(arch=MLP, n=20, n_extra=4, q=20 / 300, target_epsilon=None), members, x, y)
+    assert sweep.guards == [None, None]  # the loop's to keep
+    guards = [member_guard(shared, m) for m in members]
+    before = [{k: v.detach().clone() for k, v in p.items()} for p in sweep.member_params]
+    lead = SimpleNamespace(name="t", max_steps_this_run=None, checkpoint_every=100)
+    with pytest.raises(PrivacyError, match="budget"):
+        drive(lead, sweep, sweep.check, step=0, total_steps=3, log_every=1, logs=[], rows=lambda stats: [],
+              epsilons=lambda: [], guards=guards, save=lambda at: None)
+    for b, p in zip(before, sweep.member_params):
+        assert all(torch.equal(v, p[k]) for k, v in b.items())

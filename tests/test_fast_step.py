@@ -12,7 +12,8 @@ import torch
 from dpsynth.errors import ConfigError, PrivacyError
 from dpsynth.methods import dp_sinkhorn
 from dpsynth.methods.dp_sinkhorn.batch import poisson_batch, poisson_capacity, poisson_fixed
-from dpsynth.methods.dp_sinkhorn.step import AdversarialStep, FastStep, StepSpec, fast_forward
+from dpsynth.methods.dp_sinkhorn.adversarial import AdversarialStep
+from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec, fast_forward
 from dpsynth.nets import build_generator
 from tests.reference_dp_sinkhorn import reference_step
 

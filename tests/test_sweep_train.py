@@ -218,6 +218,12 @@ def test_a_stopped_group_resumes_to_the_same_cells(together_and_alone: dict, tmp
             assert all(torch.equal(got["optimizer"]["state"][j][k], v) for k, v in st.items()), (c.name, j)
         assert got["guard"] == ref["guard"]
         assert [r["step"] for r in got["log_rows"]] == [r["step"] for r in ref["log_rows"]]
+        # the member's checkpoint is its run's (the one loop's RunRecord): the keys of the checkpoint its
+        # own `dpsynth train` finished above from the copy, plus the group's mark
+        assert got["trained_together"] == "group0"
+        if c.name == "sw-m1":
+            own = torch.load(tmp_path / "copy" / c.checkpoint_path.relative_to(tmp_path), weights_only=False)
+            assert own["done"] and set(got) - {"trained_together"} == set(own)
 
 
 def test_cells_on_different_records_never_share_a_group(tmp_path: Path, digits28_processed: Path) -> None:

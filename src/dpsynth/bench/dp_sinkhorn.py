@@ -29,8 +29,8 @@ trials reported, because the machine may be shared. Contenders:
   floor itself is: on a CPU the step is compute-bound, on a GPU it is overhead-bound.
 
 ``--sweep K`` also times K configurations (seeds 0..K-1, alternating m in {0, 1}) trained
-by :class:`~dpsynth.methods.dp_sinkhorn.sweep.BatchedSweep` against the same K trained one after
-another with FastStep. Writes JSON with steps/s, ratios, the load average and the settings.
+by :class:`~dpsynth.methods.dp_sinkhorn.sweep.BatchedSweep` (the same step class with K members)
+against the same K trained one after another with FastStep (its K = 1). Writes JSON with steps/s, ratios, the load average and the settings.
 """
 
 from __future__ import annotations

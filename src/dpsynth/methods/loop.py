@@ -43,7 +43,7 @@ from dpsynth.methods.trainlog import (
 )
 from dpsynth.privacy.report import BudgetGuard, PrivacyReport
 
-__all__ = ["LOOP_LOG_FIELDS", "Release", "Stepper", "TrainResult", "drive", "run_training"]
+__all__ = ["LOOP_LOG_FIELDS", "Release", "RunRecord", "Stepper", "TrainResult", "drive", "run_training"]
 
 #: The diagnostics columns the loop adds after the stepper's own.
 LOOP_LOG_FIELDS = ("epsilon", "steps_per_s")
@@ -115,6 +115,47 @@ class TrainResult:
         return {**out, **self.extra}
 
 
+class RunRecord:
+    """One run's checkpoint, accountant and private log, kept the loop's one way -- for a run, or for
+    each member of a stepper with several (the packed DP-Sinkhorn step of a batched sweep), so every
+    member's checkpoint is the one its own run writes and resumes.
+
+    ``part`` is what the checkpoint saves and resumes (``state_dict`` / ``load_state_dict``:
+    ``checkpoint.Resumable``); the checkpoint is read once, here (``state``: None when there is none
+    of this configuration); :meth:`resume` loads it into ``part`` and the guard and opens the log
+    from its rows; ``marks`` are added to every checkpoint saved (a batched sweep's group)."""
+
+    def __init__(self, ctx: TrainContext, part: Any, *, total_steps: int, guard: BudgetGuard | None,
+                 sigma: float | None, log_fields: Sequence[str], marks: Mapping[str, Any] | None = None) -> None:
+        self.ctx, self.part, self.total_steps, self.guard, self.sigma = ctx, part, total_steps, guard, sigma
+        self.log_fields, self.marks = [*log_fields, *LOOP_LOG_FIELDS], dict(marks or {})
+        self.ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
+        self.state = self.ckpt.load()
+        self.step = 0 if self.state is None else int(self.state["step"])
+        self.log: TrainLog | None = None
+
+    def resume(self) -> None:
+        """The checkpoint's state into ``part`` and the guard (every weight, moment, random stream and the
+        accountant), and the private log with the checkpoint's rows."""
+        st = self.state
+        if st is not None:
+            self.part.load_state_dict(st)
+            if self.guard is not None:
+                self.guard = BudgetGuard.from_state_dict(st["guard"])
+        self.log = TrainLog(self.ctx.log_path, self.log_fields, resume_step=self.step if st is not None else None,
+                            rows=st.get("log_rows") if st is not None else None)
+        self.ckpt.log = self.log
+
+    def epsilon_spent(self) -> float:
+        return self.guard.epsilon_spent() if self.guard is not None else math.inf
+
+    def save(self, at: int, *, done: bool = False, released: bool = False) -> None:
+        """The run's checkpoint at step ``at`` (the caller ran the stepper's deferred checks first)."""
+        self.ckpt.save({**self.part.state_dict(), "step": at, "total_steps": self.total_steps, "sigma": self.sigma,
+                        "done": done, "release": release_record(self.ctx) if released else None,
+                        "guard": self.guard.state_dict() if self.guard is not None else None, **self.marks})
+
+
 def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard: BudgetGuard | None,
                  sigma: float | None, epsilon_spent: Callable[[], float] | None = None,
                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -124,33 +165,25 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     whose privacy was spent before training (local DP) passes its constant. ``extra`` is added to
     the result (e.g. the schedule a method chose)."""
     extra = dict(extra or {})
-    ckpt = Checkpointer(ctx.checkpoint_path, config_fingerprint(ctx))
-    state = ckpt.load()
-    step = 0
+    run = RunRecord(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma, log_fields=stepper.log_fields)
+    state, step = run.state, run.step
     if state is None:
         say_if_retraining_a_release(ctx)
     if state is not None:
-        step = int(state["step"])
         if already_done(ctx, state):  # else a finished run re-releases below: the loop has no steps left
             return TrainResult(ctx.name, step, int(state.get("total_steps") or step), True, sigma,
                                already_done=True, extra=extra).to_dict()
-        stepper.load_state_dict(state)
-        if guard is not None:
-            guard = BudgetGuard.from_state_dict(state["guard"])
         together = state.get(TOGETHER_KEY)
         if together:
             extra[TOGETHER_KEY] = together
-    eps_now = epsilon_spent or (guard.epsilon_spent if guard is not None else (lambda: math.inf))
-    log = TrainLog(ctx.log_path, [*stepper.log_fields, *LOOP_LOG_FIELDS],
-                   resume_step=step if state is not None else None,
-                   rows=state.get("log_rows") if state is not None else None)
-    ckpt.log = log
+    run.resume()
+    eps_now = epsilon_spent or run.epsilon_spent
+    log = run.log
+    assert log is not None
 
     def save(at: int, done: bool = False) -> None:
         stepper.check()  # a deferred refusal stops everything: never checkpoint or release past it
-        ckpt.save({**stepper.state_dict(), "step": at, "total_steps": total_steps, "sigma": sigma, "done": done,
-                   "release": release_record(ctx) if done else None,
-                   "guard": guard.state_dict() if guard is not None else None})
+        run.save(at, done=done, released=done)
 
     bar = train_progress(ctx, total_steps, step)
     steps_start = step
@@ -161,8 +194,8 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     try:
         step, rate = drive(ctx, stepper.step, stepper.check, step=step, total_steps=total_steps,
                            log_every=stepper.log_every, logs=[log], rows=lambda st: [stepper.log_row(st)],
-                           epsilons=lambda: [eps_now()], guards=[guard] if guard is not None else [], save=save,
-                           on_step=lambda: bar.update(1), on_log=on_log)
+                           epsilons=lambda: [eps_now()], guards=[run.guard] if run.guard is not None else [],
+                           save=save, on_step=lambda: bar.update(1), on_log=on_log)
     finally:
         bar.close()
         stepper.close()
@@ -196,7 +229,8 @@ def drive(lead: TrainContext, step_fn: Callable[[], Any], check: Callable[[], No
           on_step: Callable[[], None] = lambda: None,
           on_log: Callable[[int, Any, Sequence[float], float], None] = lambda at, stats, eps, rate: None,
           ) -> tuple[int, float]:
-    """The loop proper, for one run or for a batched sweep's K runs (one log per run): from ``step``
+    """The loop proper, for one run or for a packed step's K runs (one log and guard per run, each
+    run's checkpoint a :class:`RunRecord`, saved by ``save``): from ``step``
     to ``total_steps`` (or ``lead.max_steps_this_run`` more); returns (the step reached, steps/s).
 
     Per step: every guard first (PrivacyError before a step past its target), then ``step_fn``.

@@ -26,7 +26,8 @@ from dpsynth.methods.dp_sinkhorn.plan import (
     sampling,
     validate_data,
 )
-from dpsynth.methods.dp_sinkhorn.step import AdversarialStep, FastStep, StepSpec
+from dpsynth.methods.dp_sinkhorn.adversarial import AdversarialStep
+from dpsynth.methods.dp_sinkhorn.step import FastStep, PackedStep, StepSpec
 from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.methods.loop import Release, run_training
 from dpsynth.nets import build_seeded_generator
@@ -34,20 +35,45 @@ from dpsynth.ot import num_extra
 from dpsynth.privacy.report import BudgetGuard
 from dpsynth.privacy.sanitizers import ParamGradSanitizer
 
-__all__ = ["DPSinkhornStepper", "train"]
+__all__ = ["DPSinkhornStepper", "MemberState", "train"]
 
 
-class DPSinkhornStepper(Resumable):
-    """The one step (:class:`FastStep` or :class:`AdversarialStep`) as the loop's stepper."""
+class MemberState(Resumable):
+    """Member ``i`` of a packed step as its run's checkpoint: its generator, its optimizer, its three
+    random streams (the secret ones included) and the architecture -- with the adversarial variant's
+    feature extractors, the keys a run's checkpoint always had. A run's stepper is member 0 of its
+    one-member step; each member of a batched sweep (``together.py``) is one of these, so its
+    checkpoint is its own run's: ``dpsynth train CELL`` resumes or releases it alone."""
+
+    def __init__(self, packed: PackedStep, i: int, arch: dict[str, Any]) -> None:
+        self.packed, self.i, self.arch = packed, i, arch
+
+    def state_parts(self) -> dict[str, Any]:
+        m = self.packed.members[self.i]
+        return {"generator": m.G, "optimizer": m.opt}
+
+    def random_streams(self) -> dict[str, torch.Generator]:
+        return self.packed.members[self.i].gens
+
+    def extra_state(self) -> dict[str, Any]:
+        adv = self.packed if isinstance(self.packed, AdversarialStep) else None
+        return {"arch": self.arch, "adversary": adv.adversary_state() if adv is not None else None}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if isinstance(self.packed, AdversarialStep):
+            self.packed.load_adversary_state(state["adversary"])
+
+
+class DPSinkhornStepper(MemberState):
+    """The one step of one run (:class:`FastStep` or :class:`AdversarialStep`) as the loop's stepper."""
 
     log_fields = STEP_LOG_FIELDS
     log_every = LOG_EVERY
 
-    def __init__(self, ctx: TrainContext, fast: FastStep, gens: dict[str, torch.Generator], arch: dict[str, Any],
-                 param_sanitizer: ParamGradSanitizer | None, sigma: float | None, q: float, scheme: str,
-                 graph: bool) -> None:
-        self.ctx, self.fast, self.gens, self.arch = ctx, fast, gens, arch
-        self.param_sanitizer, self.sigma, self.q, self.scheme, self.graph = param_sanitizer, sigma, q, scheme, graph
+    def __init__(self, ctx: TrainContext, fast: FastStep, arch: dict[str, Any], sigma: float | None, q: float,
+                 scheme: str, graph: bool) -> None:
+        super().__init__(fast, 0, arch)
+        self.ctx, self.fast, self.sigma, self.q, self.scheme, self.graph = ctx, fast, sigma, q, scheme, graph
         self.adversarial = isinstance(fast, AdversarialStep)
 
     def step(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,27 +84,10 @@ class DPSinkhornStepper(Resumable):
 
     def log_row(self, stats: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
         loss, k = stats
-        san = self.param_sanitizer if self.param_sanitizer is not None else self.fast.sanitizer
-        last = san.last if san is not None else None
-        return {"loss": float(loss), "real_batch": int(k), "clean_norm": last.clean_norm if last else float("nan"),
-                "noise_norm": last.noise_norm if last else 0.0}
+        return self.fast.log_row(0, (loss.reshape(1), k.reshape(1)))
 
     def progress(self, stats: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
         return {"loss": float(stats[0])}
-
-    def state_parts(self) -> dict[str, Any]:
-        return {"generator": self.fast.G, "optimizer": self.fast.opt}
-
-    def random_streams(self) -> dict[str, torch.Generator]:
-        return self.gens
-
-    def extra_state(self) -> dict[str, Any]:
-        return {"arch": self.arch,
-                "adversary": self.fast.adversary_state() if isinstance(self.fast, AdversarialStep) else None}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        if isinstance(self.fast, AdversarialStep):
-            self.fast.load_adversary_state(state["adversary"])
 
     def release(self, steps: int) -> Release:
         ctx, h, s = self.ctx, self.ctx.experiment.hparams, self.fast.spec
@@ -96,8 +105,8 @@ class DPSinkhornStepper(Resumable):
         return "adversarial" if self.adversarial else "fast"
 
     def close(self) -> None:
-        if self.param_sanitizer is not None:
-            self.param_sanitizer.remove()
+        if self.fast.param_sanitizer is not None:
+            self.fast.param_sanitizer.remove()
 
 
 def train(ctx: TrainContext) -> dict[str, Any]:
@@ -135,6 +144,6 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         fast = AdversarialStep(G, opt, x_all, y_all, spec, gens, partitions=torch.from_numpy(parts_np).to(dev),
                                alpha_a=h.alpha_a, feature_lr=h.feature_lr or h.lr, param_sanitizer=san_par)
     G.train()
-    stepper = DPSinkhornStepper(ctx, fast, gens, arch, san_par, sigma, q, scheme, graph)
+    stepper = DPSinkhornStepper(ctx, fast, arch, sigma, q, scheme, graph)
     return run_training(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma,
                         extra={"variant": stepper.variant, "cuda_graph": graph, "gpu_levers": list(tuning.levers)})

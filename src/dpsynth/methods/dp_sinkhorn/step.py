@@ -1,68 +1,75 @@
-"""THE DP-Sinkhorn step: every variant, the CUDA graph, the batched sweep and the benchmark run it.
+"""THE DP-Sinkhorn step, for K members at once: a run is K = 1, a batched sweep K > 1.
 
-One step: draw the real batch (Poisson at q = B / N, or one fixed partition for the adversarial
-variant), generate a FIXED batch of n + n' images (n = B, n' = floor(p n)), embed
-(image, alpha_c * onehot), compute the semi-debiased loss ``2 W(X[:n], Y) - W(X[:n],
-X[n':n+n'])`` and back-propagate through the sanitizer, which clips the gradient w.r.t. the
-first n images as one tensor to C and adds N(0, (2 C sigma)^2) noise (the n' images, which never
-meet real data, are clipped only). The ``param`` ablation instead clips and noises the whole
-parameter gradient. An empty Poisson batch still counts as a step: the real term contributes
-no gradient, the sanitizer still releases noise, and the accountant charges it.
+One step, per member: draw the real batch (Poisson at q = B / N, or one fixed partition for the
+adversarial variant), generate a FIXED batch of n + n' images (n = B, n' = floor(p n)), embed
+(image, alpha_c * onehot), compute the semi-debiased loss ``2 W(X[:n], Y) - W(X[:n], X[n':n+n'])``
+and back-propagate through the sanitizer, which clips the gradient w.r.t. the first n images as one
+tensor to C and adds N(0, (2 C sigma)^2) noise (the n' images, which never meet real data, are
+clipped only). The ``param`` ablation instead clips and noises the whole parameter gradient. An
+empty Poisson batch still counts as a step: the real term contributes no gradient, the sanitizer
+still releases noise, and the accountant charges it.
 
-The step is tiny (60 generated vs ~50 real points), so its cost is overhead plus the
-generator's convolutions. What keeps it fast, and why each choice keeps the math:
+Why one class with a member axis: a batched sweep repeated this sequence for K runs. Now each
+member is a run's own objects (:class:`Member`: its generator module, its optimizer over that
+module's parameters, its spec's m, clip and sigma, its three torch.Generators), and the step runs
+them together -- one forward (:mod:`~dpsynth.methods.dp_sinkhorn.forward`), one stacked Sinkhorn
+solve, one backward, each member's optimizer -- while each member's image gradient passes through
+ITS :class:`~dpsynth.privacy.sanitizers.WholeBatchSanitizer` (the one the audit checks) noising
+from ITS noise generator. With K = 1 the step is exactly the one run's: the same draws in the same
+order, the loss solved without a member axis (a batched solve of one problem rounds its gradient
+differently), so a run's numbers do not depend on whether it was ever packed.
 
-* **The loss** is :func:`dpsynth.ot.losses.semi_debiased_loss`: one stacked Sinkhorn solve
-  for both OT terms, through the one loop of ``ot/sinkhorn.py``, never reading the host.
-* **The generator forward** (DCGAN only) runs in ``channels_last`` and replaces the last
-  ``ConvTranspose2d(k3, s1, p1)`` -- which PyTorch runs on a slow col2im path on CPU -- by
-  the equivalent ``Conv2d`` with transposed, flipped weights. Both use the generator's own
-  parameters, so its state dict and optimizer are untouched.
-* **The sanitizer** is :class:`~dpsynth.privacy.sanitizers.WholeBatchSanitizer` -- the one
-  the audit checks -- with its check deferred: its release never syncs with the host, and
-  :meth:`FastStep.check` reads its flag (one sync) and refuses with PrivacyError. On CPU the
-  check runs inside every step, before the optimizer moves.
-* **On CUDA** (untested on hardware here: no GPU in the development environment) the real
-  batch has a fixed capacity, filled without host syncs (cumsum + scatter), and the whole
-  step -- forward, loss, sanitizer, backward, Adam(capturable) -- is captured in one CUDA
-  graph; latents, labels, the Poisson draw and the noise are drawn outside the graph into
-  static buffers from the same generators.
+What keeps it fast, and why each choice keeps the math:
 
-:class:`AdversarialStep` is the ICLR adversarial variant as a subclass: its batch is a
-partition, its points carry learned features, and after the generator's update the
-partition's feature extractor ascends the loss. Nothing here knows about checkpoints or
-logs (``run.py``). tests/reference_dp_sinkhorn.py holds this step to an independent,
-plain float64 formula.
+* **The loss** is :func:`dpsynth.ot.losses.semi_debiased_loss`: one stacked Sinkhorn solve for
+  both OT terms of every member, never reading the host; equal cost mixes ``m`` (a run, or a sweep
+  over other settings) use the plain cost, mixed ones weigh each member's problem by its own ``m``.
+* **The sanitizer's check is deferred**: a release never syncs with the host, :meth:`check` reads
+  the flags (one sync) and refuses with PrivacyError naming the member. On CPU the check runs
+  inside every step, before any optimizer moves.
+* **On CUDA** (untested on hardware here: no GPU in the development environment) each member's
+  real batch has a fixed capacity, filled without host syncs (cumsum + scatter), and the whole step
+  of all K members -- forward, loss, every sanitizer, backward, every optimizer -- is captured in
+  ONE CUDA graph; latents, labels, the Poisson draws and the noise are drawn outside the graph into
+  static buffers from each member's generators, in the eager step's order.
+
+Nothing here knows about accountants, checkpoints or logs: the one loop (``methods/loop.py``)
+charges each member's guard before each step and keeps each member's checkpoint and log
+(``run.py``, ``together.py``). tests/reference_dp_sinkhorn.py holds this step to an independent,
+plain float64 formula; tests/test_batched_sweep.py holds each packed member to its run alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpsynth.errors import ConfigError, PrivacyError
-from dpsynth.methods.dp_sinkhorn.batch import partition_batch, poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.batch import poisson_batch, poisson_capacity, poisson_fixed
+from dpsynth.methods.dp_sinkhorn.forward import StackedForward, fast_forward
 from dpsynth.methods.dp_sinkhorn.graph import capture_step
 from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
-from dpsynth.methods.optim import make_optimizer
-from dpsynth.nets.dcgan import DCGANGenerator
-from dpsynth.nets.features import FeatureExtractor
 from dpsynth.ot.costs import MixedL2L1Cost
 from dpsynth.ot.losses import semi_debiased_loss
-from dpsynth.ot.sinkhorn import check_solver_args, entropic_ot
+from dpsynth.ot.sinkhorn import check_solver_args
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
-__all__ = ["StepSpec", "StepTuning", "FastStep", "AdversarialStep", "fast_forward", "embed_points", "step_loss"]
+__all__ = ["StepSpec", "StepTuning", "Member", "PackedStep", "FastStep", "FORWARD_MODES",
+           "fast_forward", "embed_points", "step_loss"]
+
+FORWARD_MODES = ("auto", "vmap", "loop")
 
 
 @dataclass(frozen=True)
 class StepSpec:
-    """Everything one DP-Sinkhorn step needs besides tensors (``run.py`` builds it from the plan)."""
+    """Everything one DP-Sinkhorn step needs besides tensors (``run.py`` builds it from the plan).
+    Packed members share all but ``m``, ``clip`` and ``sigma`` (they fix the tensors' shapes and the solve)."""
 
     n: int  # generated points that meet real data (= batch_size)
     n_extra: int  # n' = floor(p n)
@@ -87,56 +94,22 @@ class StepSpec:
         if self.sigma is not None and not (self.sigma >= 0 and self.clip > 0):
             raise ConfigError(f"StepSpec: need sigma >= 0 and clip > 0, got sigma={self.sigma}, clip={self.clip}")
 
-
-# --------------------------------------------------------------------------- generator
-
-
-def _last_as_conv(x: Tensor, ct: nn.ConvTranspose2d) -> Tensor:
-    """``ConvTranspose2d(k, stride 1, padding p)`` == ``Conv2d(k, padding k-1-p)`` with the
-    in/out axes swapped and the kernel flipped (the adjoint of a correlation)."""
-    w = ct.weight.transpose(0, 1).flip(-1, -2)
-    pad = ct.kernel_size[0] - 1 - ct.padding[0]
-    return F.conv2d(x, w, ct.bias, padding=pad)
+    def shared(self) -> StepSpec:
+        """What packed members must have in common (their own m, clip and sigma blanked)."""
+        return dataclasses.replace(self, m=0.0, clip=1.0, sigma=None)
 
 
-def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None, tuning: StepTuning | None = None,
-                 vmapped: bool = False) -> Tensor:
-    """``G(z, labels)`` computed faster where we know how; the same function of G's parameters.
+@dataclass
+class Member:
+    """One run inside a packed step: its generator (its own parameters and BN statistics), its
+    optimizer over them, its spec and its ``gens`` -- ``model`` (latents and labels, seeded),
+    ``data`` (the batch draw, secret) and ``noise`` (its sanitizer's noise, secret)."""
 
-    For :class:`DCGANGenerator`: channels_last activations (on the CPU always; on a GPU with the
-    ``channels_last`` lever), and a stride-1 last transposed convolution run as a plain convolution.
-    Other generators use their own forward. The ``bf16`` lever (``tuning.py``) runs it under
-    bfloat16 autocast and hands back float32 images, so everything after it stays float32.
-    ``vmapped`` (the batched sweep's vmap): the activations keep vmap's layout -- functorch cannot
-    query a channels_last one, and it lays out the members' grouped convolutions itself.
-    """
-    tuning = tuning or StepTuning()
-    with tuning.autocast(z.device):
-        if isinstance(G, DCGANGenerator):
-            out = _dcgan_forward(G, z, labels, None if vmapped else tuning.channels_last)
-        else:
-            out = G(z, labels)
-    return out.float() if out.dtype == torch.bfloat16 else out
-
-
-def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels_last: bool | None) -> Tensor:
-    """``channels_last``: True/False as the lever says (the CPU always converts); None: never."""
-    G._check_inputs(z, labels)
-    h = z if G.embed is None else torch.cat([z, G.embed(labels)], dim=1)
-    h = h[:, :, None, None]
-    layers = list(G.net)
-    for i, layer in enumerate(layers):
-        last_conv = i == len(layers) - 2 and isinstance(layer, nn.ConvTranspose2d)
-        if last_conv and layer.stride == (1, 1) and layer.output_padding == (0, 0) and layer.dilation == (1, 1):
-            h = _last_as_conv(h, layer)
-        else:
-            h = layer(h)
-        if i == 0 and channels_last is not None and (h.device.type == "cpu" or channels_last):
-            h = h.contiguous(memory_format=torch.channels_last)
-    return h if channels_last is None else h.contiguous()
-
-
-# --------------------------------------------------------------------------- the step
+    G: nn.Module
+    opt: torch.optim.Optimizer
+    spec: StepSpec
+    gens: dict[str, torch.Generator]
+    name: str = ""
 
 
 def embed_points(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha_c: float) -> Tensor:
@@ -150,226 +123,246 @@ def embed_points(points: Tensor, labels: Tensor | None, num_classes: int | None,
 
 def step_loss(spec: StepSpec, cost: MixedL2L1Cost, xg: Tensor, yr: Tensor, w: Tensor) -> Tensor:
     """The step's loss on embedded points: ``xg`` (..., n + n', D) generated, ``yr`` (..., M, D)
-    real with weights ``w``; a leading axis holds a batched sweep's members."""
+    real with weights ``w``; a leading axis holds packed members."""
     return semi_debiased_loss(xg, yr, real_weights=w, n=spec.n, n_extra=spec.n_extra, eps=spec.eps, cost=cost,
                               n_iter=spec.n_iter, scaling=spec.scaling, validate=False)
 
 
-class FastStep:
-    """One DP-Sinkhorn step with the image sanitizer (``spec.sigma``), the parameter sanitizer
-    (``param_sanitizer``, eager only) or none.
+class PackedStep:
+    """One DP-Sinkhorn step of K members (see module docstring). Call it to take a step; it returns
+    ``(losses, ks)``: each member's loss and real batch size, as (K,) device tensors (no host sync on
+    CUDA). ``forward_mode``: ``"loop"`` (each member's own forward), ``"vmap"`` (one grouped forward,
+    :class:`~dpsynth.methods.dp_sinkhorn.forward.StackedForward`) or ``"auto"`` (vmap on CUDA for
+    K > 1). ``cuda_graph`` (default: on CUDA) captures the whole step in one graph. ``tuning``: the
+    GPU speed levers (``tuning.py``), the same for every member. ``param_sanitizer`` (K = 1, eager):
+    the grad_theta ablation's, which clips and noises the parameter gradient instead."""
 
-    ``gens`` holds the run's three torch.Generators (``model``: latents and labels, seeded;
-    ``data``: the batch draw, secret; ``noise``: the sanitizer's noise, secret), each consumed
-    in the same order every step, so a resumed run continues exactly. Call it to take a step; it
-    returns ``(loss, k)`` as device tensors (no host sync on CUDA). ``tuning``: the GPU speed levers
-    it runs with (``tuning.py``; the optimizer's ``fused_adam`` is the caller's to build).
-    """
-
-    def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
-                 gens: dict[str, torch.Generator], *, cuda_graph: bool | None = None,
-                 capacity: int | None = None, param_sanitizer: Any = None, tuning: StepTuning | None = None) -> None:
-        self.G, self.opt, self.x_all, self.y_all, self.spec, self.gens = G, opt, x_all, y_all, spec, gens
-        self.tuning = tuning or StepTuning()
-        self.device = x_all.device
-        self.param_sanitizer = param_sanitizer  # grad_theta ablation: clip+noise the parameter gradient
-        if param_sanitizer is not None and spec.sigma is not None:
-            raise ConfigError("FastStep: the image sanitizer (spec.sigma) and a parameter sanitizer are exclusive")
+    def __init__(self, members: Sequence[Member], x_all: Tensor, y_all: Tensor, *, forward_mode: str = "auto",
+                 cuda_graph: bool | None = None, capacity: int | None = None, param_sanitizer: Any = None,
+                 tuning: StepTuning | None = None) -> None:
+        self.members = list(members)
+        who = type(self).__name__
+        if not self.members:
+            raise ConfigError(f"{who} needs at least one member")
+        if forward_mode not in FORWARD_MODES:
+            raise ConfigError(f"{who}: forward_mode must be one of {', '.join(FORWARD_MODES)}, got {forward_mode!r}")
+        self.spec = self.members[0].spec
+        if any(m.spec.shared() != self.spec.shared() for m in self.members):
+            raise ConfigError(f"{who}: packed members must share every setting but m, clip and sigma")
+        self.x_all, self.y_all, self.device = x_all, y_all, x_all.device
+        self.param_sanitizer = param_sanitizer
+        if param_sanitizer is not None and (len(self.members) > 1 or self.spec.sigma is not None):
+            raise ConfigError(f"{who}: a parameter sanitizer needs one member without the image sanitizer "
+                              "(spec.sigma None): they are exclusive")
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
         if self.cuda_graph and self.device.type != "cuda":
-            raise ConfigError("FastStep: cuda_graph=True needs CUDA tensors")
+            raise ConfigError(f"{who}: cuda_graph=True needs CUDA tensors")
         if self.cuda_graph and param_sanitizer is not None:
-            raise ConfigError("FastStep: the parameter sanitizer runs on the host; use cuda_graph=False")
-        self.capacity = capacity or poisson_capacity(x_all.shape[0], spec.q)
-        self.conditional = getattr(G, "num_classes", None) is not None
-        self.cost = MixedL2L1Cost(spec.m)  # m = 0: the pure squared L2 cost
-        self.overflow = torch.zeros((), dtype=torch.bool, device=self.device)
-        self.sanitizer: WholeBatchSanitizer | None = None
-        if spec.sigma is not None:
-            buf = None
-            if self.cuda_graph:
-                n_priv = spec.n * math.prod(getattr(G, "output_shape", ()))
-                buf = torch.zeros((1, n_priv), dtype=torch.float64, device=self.device)
-            self.sanitizer = WholeBatchSanitizer(spec.clip, spec.sigma, spec.n, gens["noise"], defer_check=True,
-                                                 noise_buffer=buf)
+            raise ConfigError(f"{who}: the parameter sanitizer runs on the host; use cuda_graph=False")
+        k = len(self.members)
+        self.forward_mode = forward_mode if forward_mode != "auto" else (
+            "vmap" if self.device.type == "cuda" and k > 1 else "loop")
+        tuning = tuning or StepTuning()
+        if self.forward_mode == "vmap":
+            # functorch batches the members' convolutions below autocast (measured on the CPU, torch 2.11: a
+            # conv_transpose2d under vmap stays float32 with autocast on) and cannot query a channels_last
+            # layout: under vmap those two levers would be a label, not a change.
+            tuning = dataclasses.replace(tuning, bf16=False, channels_last=False)
+        self.tuning = tuning  # the levers this step really runs with (summaries record them)
+        self._stacked = StackedForward(self.members[0].G, tuning) if self.forward_mode == "vmap" else None
+        self.capacity = capacity or poisson_capacity(x_all.shape[0], self.spec.q)
+        self.conditional = getattr(self.members[0].G, "num_classes", None) is not None
+        ms = [m.spec.m for m in self.members]  # m = 0: the pure squared L2 cost; equal m: no per-member weights
+        self.cost = MixedL2L1Cost(ms[0]) if len(set(ms)) == 1 else MixedL2L1Cost(
+            torch.tensor(ms, dtype=x_all.dtype, device=self.device))
+        self.overflow = torch.zeros(k, dtype=torch.bool, device=self.device)
+        # Each member's own WholeBatchSanitizer, noising from ITS noise generator (under the graph: into
+        # its own buffer, drawn before each replay).
+        n_priv = self.spec.n * math.prod(getattr(self.members[0].G, "output_shape", ()))
+        self.sanitizers: list[WholeBatchSanitizer | None] = [
+            None if m.spec.sigma is None else WholeBatchSanitizer(
+                m.spec.clip, m.spec.sigma, self.spec.n, m.gens["noise"], defer_check=True,
+                noise_buffer=torch.zeros((1, n_priv), dtype=torch.float64, device=self.device)
+                if self.cuda_graph else None)
+            for m in self.members]
+        self.last_real: Any = [0] * k  # each member's last real batch size (a device tensor under the graph)
         self._graph: Any = None
 
-    # -- pieces shared by the eager and captured paths (and the variants)
-    def _draw(self) -> tuple[Tensor, Tensor | None]:
+    # -- the sequence, shared by the eager and captured paths (and the variants)
+    def _draw(self, i: int) -> tuple[Tensor, Tensor | None]:
+        """Member ``i``'s latents then labels, from ITS model generator."""
+        G, g = self.members[i].G, self.members[i].gens["model"]
         total = self.spec.n + self.spec.n_extra
-        z = self.G.sample_latent(total, self.gens["model"])
-        labels = self.G.sample_labels(total, self.gens["model"])
-        return z, labels
+        return G.sample_latent(total, g), G.sample_labels(total, g)
 
-    def _batch(self) -> tuple[Tensor, Tensor, Tensor, int]:
-        """The real batch of an eager step: a Poisson sample (each record with probability q)."""
-        return poisson_batch(self.x_all, self.y_all, self.spec.q, self.gens["data"])
+    def _batch(self, i: int) -> tuple[Tensor, Tensor, Tensor, int]:
+        """Member ``i``'s real batch of an eager step: a Poisson sample (each record with probability q)."""
+        return poisson_batch(self.x_all, self.y_all, self.spec.q, self.members[i].gens["data"])
 
-    def _points(self, imgs: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
-        """Generated and real points in the space the loss compares them in."""
+    def _points(self, i: int, imgs: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
+        """Member ``i``'s generated and real points in the space the loss compares them in."""
         nc = self.spec.num_classes if self.conditional else None
         return (embed_points(imgs, labels, nc, self.spec.alpha_c),
                 embed_points(xs, ys if self.conditional else None, nc, self.spec.alpha_c))
 
-    def _loss_backward(self, z: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor, w: Tensor) -> Tensor:
+    def _forward(self, z: Sequence[Tensor], labels: Sequence[Tensor | None]) -> list[Tensor]:
+        """Every member's float32 images, whatever the levers."""
+        if self._stacked is not None:
+            return list(self._stacked([m.G for m in self.members], z, labels).unbind(0))
+        return [fast_forward(m.G, zi, li, self.tuning) for m, zi, li in zip(self.members, z, labels)]
+
+    def _loss_backward(self, z: Sequence[Tensor], labels: Sequence[Tensor | None], xs: Any, ys: Any,
+                       w: Any) -> Tensor:
+        """Forward, each member's sanitizer, the stacked loss and one backward; the K losses.
+        ``xs``, ``ys``, ``w``: each member's batch, of one size across members when K > 1."""
         with self.tuning.kernels():
-            imgs = fast_forward(self.G, z, labels, self.tuning)  # float32 images, whatever the levers
-            if self.sanitizer is not None:
-                imgs = self.sanitizer.attach(imgs)
-            xg, yr = self._points(imgs, labels, xs, ys)
-            loss = step_loss(self.spec, self.cost, xg, yr, w)
-            self.opt.zero_grad(set_to_none=False)
-            loss.backward()
-        return loss.detach()
+            xg, yr = [], []
+            for i, (imgs, san) in enumerate(zip(self._forward(z, labels), self.sanitizers)):
+                if san is not None:  # member i's images pass through member i's sanitizer only
+                    imgs = san.attach(imgs)
+                a, b = self._points(i, imgs, labels[i], xs[i], ys[i])
+                xg.append(a)
+                yr.append(b)
+            if len(xg) == 1:  # a run: no member axis (the one run's rounding, bit for bit)
+                losses = step_loss(self.spec, self.cost, xg[0], yr[0], w[0]).unsqueeze(0)
+            else:
+                losses = step_loss(self.spec, self.cost, torch.stack(xg), torch.stack(yr),
+                                   w if isinstance(w, Tensor) else torch.stack(w))
+            for m in self.members:
+                m.opt.zero_grad(set_to_none=False)
+            losses.sum().backward()  # members share no parameter: each gets its own gradient
+        return losses.detach()
+
+    def _optimizer_step(self) -> None:
+        for m in self.members:
+            m.opt.step()
 
     def _after_update(self) -> None:
-        """What a variant does once the generator has moved (the adversary's turn)."""
+        """What a variant does once the generators have moved (the adversary's turn)."""
 
     # -- eager (CPU, or CUDA without graphs)
     def _eager(self) -> tuple[Tensor, Tensor]:
-        xs, ys, w, k = self._batch()
-        z, labels = self._draw()
-        loss = self._loss_backward(z, labels, xs, ys, w)
+        batches = [self._batch(i) for i in range(len(self.members))]
+        self.last_real = [b[3] for b in batches]
+        xs, ys, w = _one_size(batches)
+        z, labels = zip(*(self._draw(i) for i in range(len(self.members))))
+        losses = self._loss_backward(z, labels, xs, ys, w)
         if self.param_sanitizer is not None:
             self.param_sanitizer.sanitize_()  # refuses a non-finite gradient itself (PrivacyError)
         if self.device.type == "cpu":
-            self.check()  # free on CPU: refuse before the optimizer moves
-        self.opt.step()
+            self.check()  # free on CPU: refuse before any optimizer moves
+        self._optimizer_step()
         self._after_update()
-        return loss, torch.tensor(k)
+        return losses, torch.tensor(self.last_real)
 
     # -- CUDA graph
     def _capture(self) -> None:
-        s = self.spec
-        xs, ys, w, k, _ = poisson_fixed(self.x_all, self.y_all, s.q, torch.Generator(self.device).manual_seed(0),
-                                        self.capacity)
-        z, labels = self._draw_static_like()
-        st = self._static = {"xs": xs.clone(), "ys": ys.clone(), "w": w.clone(), "k": k.clone(), "z": z,
-                             "labels": labels}
-        if any(not g.get("capturable", False) for g in self.opt.param_groups):
-            raise ConfigError("FastStep(cuda_graph=True) needs an optimizer built with capturable=True")
+        """Warm up on a side stream (allocator, cuDNN plans, optimizer state), put every weight, BN
+        statistic and moment back, then capture one step of all members (``graph.capture_step``)."""
+        k, total = len(self.members), self.spec.n + self.spec.n_extra
+        warm = [poisson_fixed(self.x_all, self.y_all, self.spec.q, torch.Generator(self.device).manual_seed(i),
+                              self.capacity) for i in range(k)]
+        st = self._static = {key: torch.stack([d[j] for d in warm]) for j, key in enumerate(("xs", "ys", "w", "k"))}
+        st["z"] = [torch.zeros((total, m.G.latent_dim), dtype=next(m.G.parameters()).dtype, device=self.device)
+                   for m in self.members]
+        st["labels"] = [torch.zeros(total, dtype=torch.int64, device=self.device) if self.conditional else None
+                        for _ in self.members]
+        if any(g.get("capturable") is False for m in self.members for g in m.opt.param_groups):
+            raise ConfigError(f"{type(self).__name__}(cuda_graph=True) needs optimizers built with capturable=True")
 
-        def step() -> Tensor:  # captured after a warm-up whose changes are undone (graph.capture_step)
-            loss = self._loss_backward(z, labels, st["xs"], st["ys"], st["w"])
-            self.opt.step()
-            return loss
+        def step() -> Tensor:
+            losses = self._loss_backward(st["z"], st["labels"], st["xs"], st["ys"], st["w"])
+            self._optimizer_step()
+            return losses
 
-        reset = self.sanitizer.reset_check if self.sanitizer is not None else (lambda: None)
-        self._graph, self._loss_out = capture_step(step, keep=[*self.G.parameters(), *self.G.buffers()],
-                                                   optimizers=[self.opt], before_capture=reset)
+        def reset() -> None:
+            for san in self.sanitizers:
+                if san is not None:
+                    san.reset_check()
 
-    def _draw_static_like(self) -> tuple[Tensor, Tensor | None]:
-        s = self.spec
-        total = s.n + s.n_extra
-        z = torch.zeros((total, self.G.latent_dim), device=self.device)
-        labels = torch.zeros(total, dtype=torch.int64, device=self.device) if self.conditional else None
-        return z, labels
+        self._graph, self._losses_out = capture_step(
+            step, keep=[t for m in self.members for t in (*m.G.parameters(), *m.G.buffers())],
+            optimizers=[m.opt for m in self.members], before_capture=reset)
 
     def _graphed(self) -> tuple[Tensor, Tensor]:
         if self._graph is None:
             self._capture()
         st = self._static
-        xs, ys, w, k, over = poisson_fixed(self.x_all, self.y_all, self.spec.q, self.gens["data"], self.capacity)
-        st["xs"].copy_(xs)
-        st["ys"].copy_(ys)
-        st["w"].copy_(w)
-        st["k"].copy_(k)
-        self.overflow |= over
-        z, labels = self._draw()
-        st["z"].copy_(z)
-        if labels is not None:
-            st["labels"].copy_(labels)
-        if self.sanitizer is not None:
-            self.sanitizer.draw_noise_()
+        drawn = [poisson_fixed(self.x_all, self.y_all, self.spec.q, m.gens["data"], self.capacity)
+                 for m in self.members]
+        for j, key in enumerate(("xs", "ys", "w", "k")):
+            st[key].copy_(torch.stack([d[j] for d in drawn]))
+        self.overflow |= torch.stack([d[4] for d in drawn])
+        self.last_real = st["k"]  # read at log time only (one sync)
+        for i in range(len(self.members)):
+            z, labels = self._draw(i)
+            st["z"][i].copy_(z)
+            if labels is not None:
+                st["labels"][i].copy_(labels)
+        for san in self.sanitizers:
+            if san is not None:
+                san.draw_noise_()
         self._graph.replay()
-        return self._loss_out, st["k"]
+        return self._losses_out, st["k"]
 
     def __call__(self) -> tuple[Tensor, Tensor]:
         return self._graphed() if self.cuda_graph else self._eager()
 
     def check(self) -> None:
-        """Refuse (PrivacyError) if any release saw a non-finite gradient or a batch overflowed."""
-        if self.sanitizer is not None:
-            self.sanitizer.check()
-        if bool(self.overflow):
-            raise PrivacyError(f"a Poisson batch exceeded the fixed capacity {self.capacity}; "
-                               "the step did not use the whole sample")
+        """Refuse (PrivacyError; naming the member when K > 1) a release that saw a non-finite gradient
+        or a Poisson batch over the fixed capacity (graphed path)."""
+        over = self.overflow.tolist()
+        for m, san, spilled in zip(self.members, self.sanitizers, over):
+            try:
+                if san is not None:
+                    san.check()
+                if spilled:
+                    raise PrivacyError(f"a Poisson batch exceeded the fixed capacity {self.capacity}; "
+                                       "the step did not use the whole sample")
+            except PrivacyError as exc:
+                if len(self.members) == 1:
+                    raise
+                raise PrivacyError(f"sweep member {m.name}: {exc}") from None
 
-    def stats(self) -> dict[str, float]:
-        """Last release's norms (one host sync: call at log time only)."""
-        last = self.sanitizer.last if self.sanitizer is not None else None
-        if last is None:
-            return {"clean_norm": float("nan"), "noise_norm": 0.0}
-        return {"clean_norm": last.clean_norm, "noise_norm": last.noise_norm}
+    def log_row(self, i: int, stats: tuple[Tensor, Tensor]) -> dict[str, float]:
+        """Member ``i``'s private diagnostics of the last step (host values: call at log time only)."""
+        san = self.param_sanitizer if self.param_sanitizer is not None else self.sanitizers[i]
+        last = san.last if san is not None else None
+        return {"loss": float(stats[0][i]), "real_batch": int(stats[1][i]),
+                "clean_norm": last.clean_norm if last else float("nan"), "noise_norm": last.noise_norm if last else 0.0}
 
 
-class AdversarialStep(FastStep):
-    """DP-Sinkhorn's adversarial variant (ICLR 2021, App. D.3) as a variant of the one step.
+def _one_size(batches: Sequence[tuple[Tensor, Tensor, Tensor, int]]) -> tuple[Any, Any, Any]:
+    """The members' eager batches as (xs, ys, w), each indexable by member: one member's as drawn,
+    several zero-weight padded to one size (K, size, ...) for the stacked solve."""
+    if len(batches) == 1:
+        return [batches[0][0]], [batches[0][1]], [batches[0][2]]
+    size = max(b[0].shape[0] for b in batches)
+    x0, y0 = batches[0][0], batches[0][1]
+    xs = x0.new_zeros((len(batches), size, *x0.shape[1:]))
+    ys, w = y0.new_zeros((len(batches), size)), x0.new_zeros((len(batches), size))
+    for i, (bx, by, bw, _) in enumerate(batches):
+        xs[i, : bx.shape[0]], ys[i, : by.shape[0]], w[i, : bw.shape[0]] = bx, by, bw
+    return xs, ys, w
 
-    The records are split into k fixed partitions (the paper's batches-as-records); each step
-    draws one uniformly (the accountant's sampling without replacement, q = 1/k), and partition
-    j's own feature extractor phi_j appends ``alpha_a * phi_j(img) / ||phi_j(img)||`` to every
-    point, so the squared L2 cost gains ``alpha_a^2 ||u(a) - u(b)||^2`` (the paper's
-    concatenation). The generator's update is :class:`FastStep`'s -- same loss, same sanitizer;
-    then phi_j ascends the full Sinkhorn loss ``S_p(X, Y) - W(Y, Y)`` on the detached points.
-    phi_j sees partition j's records, whose step is accounted as a whole, and only the
-    generator is released. Eager only (no CUDA graph: the partition, hence phi_j, changes).
-    """
+
+class FastStep(PackedStep):
+    """One run's step: the packed step of one member (``G``, its optimizer ``opt``, ``spec``, ``gens``),
+    returning ``(loss, k)`` as scalars (device tensors). ``gens``' generators are consumed in the same
+    order every step, so a resumed run continues exactly."""
 
     def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
-                 gens: dict[str, torch.Generator], *, partitions: Tensor, alpha_a: float, feature_lr: float,
-                 param_sanitizer: Any = None) -> None:
-        super().__init__(G, opt, x_all, y_all, spec, gens, cuda_graph=False, param_sanitizer=param_sanitizer)
-        if spec.m != 0:
-            raise ConfigError("AdversarialStep: the adversarial variant has no L1 cost mix (m must be 0)")
-        if x_all.ndim != 4:
-            raise ConfigError("AdversarialStep: the adversarial variant needs image records (N, C, H, W)")
-        self.parts = partitions
-        self.phis = [FeatureExtractor(x_all.shape[1]).to(device=self.device, dtype=x_all.dtype)
-                     for _ in range(partitions.shape[0])]
-        self.phi_opts: dict[int, torch.optim.Optimizer] = {}
-        self.alpha_a, self.feature_lr = float(alpha_a), float(feature_lr)
-        self._j = -1
-        self._turn: tuple[Tensor, ...] | None = None
+                 gens: dict[str, torch.Generator], *, cuda_graph: bool | None = None,
+                 capacity: int | None = None, param_sanitizer: Any = None, tuning: StepTuning | None = None) -> None:
+        super().__init__([Member(G, opt, spec, gens)], x_all, y_all, forward_mode="loop", cuda_graph=cuda_graph,
+                         capacity=capacity, param_sanitizer=param_sanitizer, tuning=tuning)
 
-    def _batch(self) -> tuple[Tensor, Tensor, Tensor, int]:
-        xs, ys, w, k, self._j = partition_batch(self.parts, self.x_all, self.y_all, self.gens["data"])
-        self.phis[self._j].train()
-        return xs, ys, w, k
+    G = property(lambda self: self.members[0].G)
+    opt = property(lambda self: self.members[0].opt)
+    gens = property(lambda self: self.members[0].gens)
+    sanitizer = property(lambda self: self.sanitizers[0])
 
-    def _features(self, imgs: Tensor) -> Tensor:
-        feat = self.phis[self._j](imgs).reshape(imgs.shape[0], -1)
-        return self.alpha_a * feat / feat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    def __call__(self) -> tuple[Tensor, Tensor]:
+        losses, ks = self._graphed() if self.cuda_graph else self._eager()
+        return losses[0], ks[0]
 
-    def _points(self, imgs: Tensor, labels: Tensor | None, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
-        xg, yr = super()._points(imgs, labels, xs, ys)
-        self._turn = (imgs.detach(), xs, xg.detach(), yr.detach())  # what the adversary's turn needs
-        return torch.cat([xg, self._features(imgs)], -1), torch.cat([yr, self._features(xs)], -1)
-
-    def _after_update(self) -> None:
-        assert self._turn is not None
-        imgs, xs, xg, yr = self._turn
-        self._turn = None
-        j = self._j
-        if j not in self.phi_opts:
-            self.phi_opts[j] = make_optimizer(self.phis[j].parameters(), "adam", lr=self.feature_lr)
-        xa, ya = torch.cat([xg, self._features(imgs)], -1), torch.cat([yr, self._features(xs)], -1)
-        w = torch.full((ya.shape[0],), 1.0 / ya.shape[0], dtype=ya.dtype, device=ya.device)
-        s = self.spec
-        s_adv = step_loss(s, self.cost, xa, ya, w) - entropic_ot(ya, ya, eps=s.eps, cost=self.cost, n_iter=s.n_iter,
-                                                                  scaling=s.scaling, validate=False)
-        self.phi_opts[j].zero_grad(set_to_none=True)
-        (-s_adv).backward()
-        self.phi_opts[j].step()
-
-    def adversary_state(self) -> dict[str, Any]:
-        """The feature extractors and their optimizers (part of the run's private checkpoint)."""
-        return {"phis": [phi.state_dict() for phi in self.phis],
-                "opts": {j: o.state_dict() for j, o in self.phi_opts.items()}}
-
-    def load_adversary_state(self, state: dict[str, Any]) -> None:
-        for phi, sd in zip(self.phis, state["phis"]):
-            phi.load_state_dict(sd)
-        for j, sd in state["opts"].items():
-            self.phi_opts[j] = make_optimizer(self.phis[j].parameters(), "adam", lr=self.feature_lr)
-            self.phi_opts[j].load_state_dict(sd)

@@ -18,16 +18,19 @@ Each cell stays its own run:
 Nothing is released here: ``dpsynth train CELL`` then finds the finished checkpoint and
 releases the cell's generator, privacy report and logs from it without training, so the
 per-cell outputs the downstream stages and DVC see are made by the same code as always.
-There is no group checkpoint: at every checkpoint interval each cell's own checkpoint is written
-(its slice of the stacked weights and Adam moments, its random streams, guard and log, in the
-format of ``methods/loop.py``), so a killed group resumes from its members' checkpoints and a
-cell could as well resume alone through the one loop.
+There is no group checkpoint, and no checkpoint code here: the group is one packed step
+(``step.PackedStep``) driven by the one loop (``methods/loop.py``: ``drive``), and each member's
+checkpoint, accountant and log are a ``loop.RunRecord`` of its own cell, saving the member's
+``run.MemberState`` -- its generator and optimizer moments, its random streams, guard and log, the
+keys of its own run's checkpoint. At every checkpoint interval and on SIGTERM each cell's is written,
+so a killed group resumes from its members' checkpoints and a cell could as well resume alone
+through the one loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,24 +39,23 @@ import torch
 
 from dpsynth.errors import ConfigError
 from dpsynth.methods.artifacts import TOGETHER_KEY
-from dpsynth.methods.checkpoint import Checkpointer, config_fingerprint, rng_state, set_rng_state
+from dpsynth.methods.checkpoint import Checkpointer, config_fingerprint
 from dpsynth.methods.context import TrainContext
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,
-    LOG_FIELDS,
+    STEP_LOG_FIELDS,
     generator_arch,
     latent_generator,
     privacy_schedule,
     records_to_float,
     validate_data,
 )
-from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+from dpsynth.methods.dp_sinkhorn.run import MemberState
+from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared, member_guard
 from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
-from dpsynth.methods.loop import drive
-from dpsynth.methods.trainlog import TrainLog
+from dpsynth.methods.loop import RunRecord, drive
 from dpsynth.ot import num_extra
-from dpsynth.privacy.report import BudgetGuard
 
 __all__ = ["TOGETHER_KEY", "member_plan", "group_by_shape", "train_together", "cell_done", "resume_step"]
 
@@ -103,22 +105,6 @@ def cell_done(ctx: TrainContext) -> bool:
     return resume_step(ctx) is None
 
 
-def _resume_members(sweep: BatchedSweep, states: Sequence[dict[str, Any]]) -> None:
-    """Put each member's checkpoint (the one ``dpsynth train CELL`` would resume) back: its weights,
-    its optimizer, its random streams, its guard; its BN statistics into slice i."""
-    with torch.no_grad():
-        for i, st in enumerate(states):
-            for k, v in sweep.member_params[i].items():
-                v.copy_(st["generator"][k])
-            for k, v in sweep.buffers.items():
-                v[i].copy_(st["generator"][k])
-    for opt, st in zip(sweep.opts, states):
-        opt.load_state_dict(st["optimizer"])
-    for g, st in zip(sweep.gens, states):
-        set_rng_state(st["rng"], g)
-    sweep.guards = [None if st["guard"] is None else BudgetGuard.from_state_dict(st["guard"]) for st in states]
-
-
 def resume_step(ctx: TrainContext) -> int | None:
     """The step a cell's checkpoint resumes from (0: none; None: finished). Cells train together only
     from a common step, so a cell added to a stopped sweep forms a group of its own."""
@@ -162,54 +148,43 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     x_all = records_to_float(ref).to(dev)
     y_all = torch.from_numpy(ctxs[0].data.y_train).to(dev)
     tuning = StepTuning.for_run(first["gpu_levers"], dev)  # the cells' own levers (none on the CPU)
-    sweep = BatchedSweep(shared, members, x_all, y_all, forward_mode=forward_mode, gens=gens, tuning=tuning)
-
-    ckpts = [Checkpointer(c.checkpoint_path, config_fingerprint(c)) for c in ctxs]
-    loaded = [ck.load() for ck in ckpts]
-    states = [st for st in loaded if st is not None and not st.get("done")]
-    step = 0
-    if states:
-        steps = {int(st["step"]) for st in states}
-        if len(states) != len(ctxs) or len(steps) != 1:  # group_by_shape groups cells by resume_step
+    # The packed step keeps no guard: the loop charges each member's (its RunRecord's) before each step.
+    sweep = BatchedSweep(dataclasses.replace(shared, target_epsilon=None), members, x_all, y_all,
+                         forward_mode=forward_mode, gens=gens, tuning=tuning)
+    runs = [RunRecord(c, MemberState(sweep, i, shared.arch), total_steps=own_steps[i],
+                      guard=member_guard(shared, members[i]), sigma=members[i].sigma, log_fields=STEP_LOG_FIELDS,
+                      marks={TOGETHER_KEY: group}) for i, c in enumerate(ctxs)]
+    if any(r.state is not None for r in runs):
+        steps = {r.step for r in runs if r.state is not None}
+        finished = [r.ctx.name for r in runs if r.state is not None and r.state.get("done")]
+        if finished:
+            raise ConfigError(f"{', '.join(finished)}: already trained (a finished checkpoint); release it with "
+                              "`dpsynth train CELL` instead of training it again")
+        if any(r.state is None for r in runs) or len(steps) != 1:  # group_by_shape groups cells by resume_step
             raise ConfigError(f"{', '.join(c.name for c in ctxs)}: their checkpoints are at different steps "
                               f"({sorted(steps)}); train them in groups of one step each")
-        _resume_members(sweep, states)
-        step = sweep.steps = steps.pop()
-    logs = [TrainLog(c.log_path, LOG_FIELDS, resume_step=step if states else None,
-                     rows=states[i]["log_rows"] if states else None) for i, c in enumerate(ctxs)]
-    for ck, log in zip(ckpts, logs):
-        ck.log = log
+    step = runs[0].step
+    for r in runs:
+        r.resume()  # each member's weights, moments, random streams and guard from its own checkpoint
+    guards = [r.guard for r in runs if r.guard is not None]
 
     def save(at: int) -> None:
         """Every member's checkpoint, in the format (and place) of its own `dpsynth train` (finished at
         its own step count)."""
         sweep.check()
-        for i, ck in enumerate(ckpts):
-            G, guard = sweep.generator(i), sweep.guards[i]
-            ck.save({"step": at, "total_steps": own_steps[i], "sigma": members[i].sigma, "arch": shared.arch,
-                     "done": at >= own_steps[i], "release": None, TOGETHER_KEY: group, "generator": G.state_dict(),
-                     "optimizer": sweep.opts[i].state_dict(), "rng": rng_state(sweep.gens[i]),
-                     "guard": guard.state_dict() if guard is not None else None, "adversary": None})
+        for r in runs:
+            r.save(at, done=at >= r.total_steps)
 
-    def rows(losses: torch.Tensor) -> list[dict[str, float]]:
-        out = []
-        for i, san in enumerate(sweep.sanitizers):
-            last = san.last if san is not None else None
-            out.append({"loss": float(losses[i]), "real_batch": int(sweep.last_real[i]),
-                        "clean_norm": last.clean_norm if last else float("nan"),
-                        "noise_norm": last.noise_norm if last else 0.0})
-        return out
-
-    def on_log(at: int, losses: torch.Tensor, eps: list[float], rate: float) -> None:
+    def on_log(at: int, stats: Any, eps: Sequence[float], rate: float) -> None:
         if lead.progress:
             print(f"train-sweep {group}: step {at}/{total} ({rate:.2f} steps/s)", flush=True)
 
     lead = ctxs[0]
-    # The one loop (methods/loop.py), over K logs. The members' guards live in the sweep, whose step
-    # charges every one of them (each may refuse) before anything is computed.
-    step, rate = drive(lead, sweep.step, sweep.check, step=step, total_steps=total, log_every=LOG_EVERY, logs=logs,
-                       rows=rows, guards=[], save=save, on_log=on_log,
-                       epsilons=lambda: [g.epsilon_spent() if g is not None else math.inf for g in sweep.guards])
+    # The one loop (methods/loop.py), over K logs; every member's guard charged (each may refuse) before
+    # each step of the packed step.
+    step, rate = drive(lead, sweep, sweep.check, step=step, total_steps=total, log_every=LOG_EVERY,
+                       logs=[r.log for r in runs], rows=lambda stats: [sweep.log_row(i, stats) for i in range(len(runs))],
+                       guards=guards, save=save, on_log=on_log, epsilons=lambda: [r.epsilon_spent() for r in runs])
     sweep.check()
     save(step)  # resumable; each member that reached its own step count finished
     rest = [c for c, n in zip(ctxs, own_steps) if n > step]

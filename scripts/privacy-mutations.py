@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Mutation check of the privacy tests: apply each mutation to the source, run
-tests/test_privacy_wiring.py (without its slow canary audit) and the DP-Sinkhorn secret-noise test, report
+tests/test_privacy_wiring.py (without its slow canary audit), the DP-Sinkhorn secret-noise test and the batched
+sweep's member-equals-its-run test, report
 which test caught it, restore the source. A privacy test that no mutation fails proves nothing; a mutation
 that no test catches is a hole.
 
 Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the adversarial variant) trains with
-privacy/sanitizers.py::WholeBatchSanitizer -- the class privacy/audit.py audits -- so the sanitizer mutations
+privacy/sanitizers.py::WholeBatchSanitizer (in the packed step one per member, with the member's own clip, sigma and
+noise stream: two mutations mix them up, caught by the batched sweep's member-equals-its-run test) -- the class privacy/audit.py audits -- so the sanitizer mutations
 target that file (DP-MERF's and DP-SGD's barriers: privacy/record_sanitizers.py).
 
 The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF and DP-CGAN tests run too: a mutation inside a
@@ -71,6 +73,12 @@ M = [
   "h.n_features, h.bandwidth_sq, ctx.seed, ctx.device)",
   "h.n_features, float(np.median(((x.reshape(len(x), -1) / 255.0 - x.reshape(len(x), -1).mean(0) / 255.0) ** 2)"
   ".sum(1))), ctx.seed, ctx.device)"),
+ ("packed step: every member noised from member 0's noise stream", "src/dpsynth/methods/dp_sinkhorn/step.py",
+  "m.spec.clip, m.spec.sigma, self.spec.n, m.gens[\"noise\"], defer_check=True,",
+  "m.spec.clip, m.spec.sigma, self.spec.n, self.members[0].gens[\"noise\"], defer_check=True,"),
+ ("packed step: every member clipped and noised with member 0's clip and sigma", "src/dpsynth/methods/dp_sinkhorn/step.py",
+  "m.spec.clip, m.spec.sigma, self.spec.n, m.gens[\"noise\"], defer_check=True,",
+  "self.spec.clip, self.spec.sigma, self.spec.n, m.gens[\"noise\"], defer_check=True,"),
  ("DP-CGAN discriminator steps on the clean real gradient (the sanitizer runs, its output unused)",
   "src/dpsynth/methods/dp_cgan.py",
   "d_grad = self.sanitizer.release(real_rows) + self.sanitizer.clip_mean(fake_rows)",
@@ -104,7 +112,8 @@ for i, (name, f, old, new) in enumerate(M):
     p.write_text(src.replace(old, new))
     try:
         r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py', '-k', 'not canary',
-                            'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values'],
+                            'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
+                            'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run'],
                            cwd=R, capture_output=True, text=True, timeout=600)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
         print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)

@@ -222,8 +222,7 @@ def dvc_plan(d: Path) -> dict:
 def dvc_reruns(d: Path) -> tuple[set[str], set[str]]:
     """(the stages DVC finds changed, those and everything after them), without the cheap `settings` stage."""
     plan = dvc_plan(d)
-    stages = set(plan["stages"]) - {"settings"}
-    return {s for s in stages if not plan["reasons"][s].startswith("after ")}, stages
+    return set(plan["changed"]) - {"settings"}, set(plan["stages"]) - {"settings"}
 
 
 def test_edits_re_run_the_same_stages_in_both_dags(repos):
@@ -282,6 +281,7 @@ def test_the_dvc_plan_names_a_new_cells_stages_as_snakemake_does(repos):
     assert cell | {"report"} <= planned, sorted(planned)
     assert set(plan["stages"]) - {"settings"} == planned, (sorted(plan["stages"]), sorted(planned))
     assert all(plan["reasons"][s] == "new: not in dvc.lock" for s in cell), plan["reasons"]
+    assert cell <= set(plan["changed"]) <= set(plan["stages"])
     assert plan["stages"].index("train_pm_fmnist_quick@0.5-1") < plan["stages"].index("sample_pm_fmnist_quick@0.5-1")
     assert not CELL_STAGES & set(plan["stages"])  # the old cell stays as it is
     assert_clean(dv)
@@ -299,6 +299,7 @@ def test_the_dvc_plan_of_a_fresh_clone_is_every_stage(tmp_path):
     assert set(plan["stages"]) == set(job_of.values()) | {"settings"}
     assert {job_of[(rule, wildcard)] for rule, wildcard, _why in dry_run_plan(d)} == set(job_of.values())
     order = plan["stages"]
+    assert set(plan["changed"]) <= set(order) and f"train@{EXP}" in plan["changed"]  # nothing ran: its outputs are missing
     assert order[0] == "settings" and order.index(f"train@{EXP}") < order.index(f"sample@{EXP}") \
         < order.index(f"evaluate@{EXP}") < order.index("report")
     human = sh(d, venv_bin("dpsynth"), "workflow", "plan")

@@ -58,14 +58,15 @@ def _plan(args: argparse.Namespace) -> int:
     if stale_diff(params, Path("dvc.yaml")):
         raise DpsynthError(f"dvc.yaml is stale for {params_path(args)} (an experiment or sweep added to or removed "
                            "from `pipeline:`): run `dpsynth workflow dvc` first, then plan")
+    from dvc.exceptions import DvcException
+
     try:
         plan = dvc_plan(params)
-    except Exception as exc:  # DVC's own errors (not a DVC project, a malformed dvc.lock): one line, DVC's words
-        if type(exc).__module__.startswith("dvc"):
-            raise DpsynthError(f"dvc: {exc}") from exc
-        raise
+    except DvcException as exc:  # DVC's own errors (not a DVC project, a malformed dvc.lock): one line, DVC's words
+        raise DpsynthError(f"dvc: {exc}") from exc
     if args.json:
-        print(json.dumps({"stages": plan.stages, "reasons": plan.reasons, "settings_written": plan.settings_written}))
+        print(json.dumps({"stages": plan.stages, "changed": plan.changed, "reasons": plan.reasons,
+                          "settings_written": plan.settings_written}))
         return 0
     if plan.settings_written:
         print(f"settings files brought up to date: {len(plan.settings_written)}")

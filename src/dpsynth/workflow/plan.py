@@ -38,11 +38,7 @@ class Plan:
     settings_written: list[str]  # settings files whose text changed (written now)
     stages: list[str] = field(default_factory=list)  # in run order
     reasons: dict[str, str] = field(default_factory=dict)  # stage -> why it runs
-
-    @property
-    def changed(self) -> set[str]:
-        """The stages DVC itself finds changed (the others run because a stage before them does)."""
-        return {s for s, why in self.reasons.items() if not why.startswith("after ")}
+    changed: list[str] = field(default_factory=list)  # those DVC itself finds changed (the rest follow them)
 
 
 def _reason(changes: list[Any]) -> str:
@@ -89,6 +85,7 @@ def dvc_plan(params: Params, root: Path = Path(".")) -> Plan:
             name = stage.addressing
             if name in changed:
                 plan.stages.append(name)
+                plan.changed.append(name)
                 plan.reasons[name] = _reason(changed[name]) if name in ran else "new: not in dvc.lock"
             elif stage in after:
                 plan.stages.append(name)

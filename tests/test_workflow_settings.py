@@ -59,8 +59,10 @@ def test_the_cli_refuses_a_bad_settings_path_before_the_stage_runs(tmp_path: Pat
 
 def test_the_cli_records_a_finished_stages_settings(tmp_path: Path):
     """After the command succeeds, the file holds the settings of the job it names, read from the same
-    parameters file (a command that needs no data stands in for the stage a Snakemake job runs)."""
-    path = "results/settings/report/report.json"
-    r = run_cli("--record-settings", path, "experiments", "list", "--params", str(REPO / "params.yaml"), cwd=tmp_path)
+    parameters file (the generated half circle: a job that needs no download). A command that is no one
+    job of the pipeline is refused (tests/test_bad_input_refusals.py)."""
+    path = "results/settings/prepare_data/manifold2d_half_circle.json"
+    r = run_cli("--record-settings", path, "data", "prepare", "manifold2d_half_circle",
+                "--params", str(REPO / "params.yaml"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / path).read_text() == settings_text(PARAMS, "report")
+    assert (tmp_path / path).read_text() == settings_text(PARAMS, "prepare_data", "manifold2d_half_circle")

@@ -109,7 +109,17 @@ class RunLock:
         self.what = what
         self._fd: int | None = None
 
+    def check(self) -> None:
+        """Refuse (one line) a lock path that is not a regular file -- a folder or a device named ``run.lock``
+        (a copy gone wrong): ``os.open`` would fail with a traceback, and only once the data is read. Stages
+        call it before reading any private record; ``__enter__`` calls it again."""
+        if (self.path.exists() or self.path.is_symlink()) and not self.path.is_file():
+            kind = "a directory" if self.path.is_dir() else "not a regular file"
+            raise DpsynthError(f"{self.path}: is {kind}, not {self.what}'s lock file; remove it (a run leaves no lock "
+                               "file behind) and run again (nothing was read or written)")
+
     def __enter__(self) -> RunLock:
+        self.check()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

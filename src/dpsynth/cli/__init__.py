@@ -87,11 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.record_settings:  # a wrong path is refused before the stage runs, not after
-            _settings_job(args.record_settings)
+        if args.record_settings:  # a wrong or unwritable file is refused before the stage runs, not after
+            from dpsynth.cli.settings_file import check_settings_file
+
+            check_settings_file(args)
         rc = args.func(args)
         if not rc and args.record_settings:
-            _record_settings(args)
+            from dpsynth.cli.settings_file import record
+
+            record(args)
     except DpsynthError as exc:
         print(f"dpsynth: error: {exc}", file=sys.stderr)
         return 2
@@ -112,25 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
-
-
-def _settings_job(path: str) -> tuple[str, str]:
-    """The (stage, name) ``--record-settings FILE`` names, or the user's error."""
-    from dpsynth.workflow.settings import job_of
-
-    try:
-        return job_of(path)
-    except ValueError as exc:
-        raise DpsynthError(f"--record-settings: {exc}") from None
-
-
-def _record_settings(args: argparse.Namespace) -> None:
-    """``--record-settings FILE``: the job's settings (``dpsynth.workflow.settings.record_settings``),
-    from the same parameters file and scale the stage read."""
-    from dpsynth.cli.common import params_from_args
-    from dpsynth.workflow.settings import record_settings
-
-    record_settings(params_from_args(args), args.record_settings)
 
 
 def unwritable_message(exc: OSError) -> str:

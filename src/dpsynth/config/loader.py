@@ -104,6 +104,33 @@ class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
                 self._find_duplicates(value_node, where, seen, out)
 
 
+#: The deepest nesting of mappings and sequences a YAML file may have. params.yaml nests 5 levels; the limit
+#: is far above any real file and far below what breaks the readers (``yaml_depth_problem``).
+MAX_YAML_DEPTH = 100
+
+
+def yaml_depth_problem(text: str, limit: int = MAX_YAML_DEPTH) -> str | None:
+    """Why ``text`` nests too deep to be read -- ``None`` when it does not -- found BEFORE it is parsed into
+    nodes. Lists nested 1,000 deep overflow Python's recursion in the duplicate-key check (a traceback);
+    100,000 deep overflow the C stack of libyaml's composer (the process dies, rc 139, no word). The scan reads
+    libyaml's event stream, which keeps its state on the heap, counts open collections and stops at the first
+    one past ``limit``: a few milliseconds for params.yaml, bounded work for a hostile file. A syntax error is
+    left to the real parse, which names it."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > limit:
+                    line = event.start_mark.line + 1 if event.start_mark is not None else "?"
+                    return f"nested deeper than {limit} levels (line {line}); nothing was read from it"
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return None
+    return None
+
+
 def load_yaml(path: str | Path) -> Any:
     """Read a YAML file with ``UniqueKeyLoader``; every failure is a ``ConfigError`` naming the file."""
     path = Path(path)
@@ -116,6 +143,9 @@ def load_yaml(path: str | Path) -> Any:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}) "
                           "cannot be decoded; save the file as UTF-8") from None
+    deep = yaml_depth_problem(text)
+    if deep is not None:
+        raise ConfigError(f"{path}: {deep}")
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except DuplicateKeyError as exc:

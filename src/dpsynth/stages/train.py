@@ -99,7 +99,10 @@ def run_train(experiment: str, *, out: str | None, private_out: str | None, para
     from dpsynth.locations import RunLock
     from dpsynth.methods.context import SUMMARY_FILE
 
+    from dpsynth.paths import private_run_dir
+
     out, private_out = resolve_output_roots(out, private_out)
+    RunLock(private_run_dir(private_out, experiment), f"experiment {experiment}").check()  # before any record is read
     ctx = build_context(experiment, out=out, private_out=private_out, params_file=params_file, scale=scale,
                         seed=seed, device=device, progress=progress, checkpoint_every=checkpoint_every,
                         max_steps_this_run=max_steps_this_run)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynth.config import Params
+from dpsynth.errors import DpsynthError
 from dpsynth.workflow.settings import write_settings
 
 SETTINGS_STAGE = "settings"
@@ -55,16 +56,51 @@ def _reason(changes: list[Any]) -> str:
     return "; ".join(parts) or "changed"
 
 
+def ran_stages(lock: Path) -> set[str]:
+    """The stages ``lock`` (dvc.lock) records as run; empty when there is none. A damaged file -- not
+    UTF-8, not YAML, nested past the YAML bound, not a mapping of ``stages`` -- is one line naming it
+    (``DpsynthError``), before DVC reads it or any settings file is written: DVC's own reading of the lock
+    happens later and its errors are caught, but this one came first and was a traceback."""
+    import yaml
+
+    from dpsynth.config.loader import yaml_depth_problem
+
+    if not lock.exists():
+        return set()
+    fix = "restore it (git checkout dvc.lock) or remove it (dvc repro then runs every stage)"
+    try:
+        text = lock.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DpsynthError(f"{lock}: not UTF-8 text (byte {exc.start}): DVC's record of the last run is "
+                           f"damaged; {fix}") from None
+    except OSError as exc:
+        raise DpsynthError(f"{lock}: cannot be read ({exc.strerror}); {fix}") from None
+    deep = yaml_depth_problem(text)
+    if deep is not None:
+        raise DpsynthError(f"{lock}: {deep}; {fix}")
+    try:
+        raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        raise DpsynthError(f"{lock}: not valid YAML{where} ({what}); {fix}") from None
+    if raw is None:
+        return set()
+    stages = raw.get("stages", {}) if isinstance(raw, dict) else None
+    if not isinstance(stages, dict):
+        got = type(raw).__name__ if not isinstance(raw, dict) else f"'stages' a {type(stages).__name__}"
+        raise DpsynthError(f"{lock}: expected a mapping with a 'stages' mapping, got {got}; {fix}")
+    return {str(name) for name in stages}
+
+
 def dvc_plan(params: Params, root: Path = Path(".")) -> Plan:
     """The plan of ``dvc repro`` in the DVC project at ``root`` (module docstring). Writes the settings
     files that changed, as the ``settings`` stage would; nothing else is written or run."""
     import networkx as nx
     from dvc.repo import Repo
 
-    import yaml
-
-    lock = root / "dvc.lock"
-    ran = set((yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})) if lock.is_file() else set()
+    ran = ran_stages(root / "dvc.lock")
     with Repo(str(root)) as repo:  # first: outside a DVC project nothing is written
         plan = Plan(settings_written=write_settings(params, root))
         graph = repo.index.graph  # an edge goes from a stage to a stage it depends on

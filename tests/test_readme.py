@@ -1,13 +1,18 @@
-"""The README's and docs' numbers that the code can give, held to the code (issue 46): the job count of
-`make run`, how many of those ask for a GPU, the runs of the pipeline, the methods an experiment may
-name, and the privacy mutations. Read from params.yaml, the method registry and the mutation script's
-own list -- no pipeline runs (tests/test_workflow_sync.py keeps `pipeline_jobs` equal to Snakemake's DAG)."""
+"""The README's and docs' numbers that the code can give, held to the code (issues 46 and 59): the job count of
+`make run`, how many of those are submitted with a GPU, the runs of the pipeline, the methods an experiment may
+name, the privacy mutations, the test functions, the params.yaml keys `dvc exp show` lists; plus what a
+newcomer relies on: every relative link resolves, the layout names every module, the sweep-cell names shown
+exist, the papers' titles agree with CITATION.cff, and the README's first screen says what it must. Read from
+params.yaml, the method registry, the mutation script's own list and the sources -- no pipeline runs
+(tests/test_workflow_sync.py keeps `pipeline_jobs` equal to Snakemake's DAG)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,32 +23,74 @@ from dpsynth.workflow.settings import pipeline_jobs
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
-ARCHITECTURE = (REPO / "docs" / "architecture.md").read_text()
+DOCS = {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
+PAGES = {"README.md": README, **DOCS}
+WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
+
+
+def _number(s: str) -> int:
+    return WORDS[s.lower()] if s.lower() in WORDS else int(s.replace(",", ""))
+
+
+def _find(pattern: str, pages: dict[str, str] = PAGES) -> list[tuple[str, str]]:
+    """(page, first group) of every match, with line breaks and indentation read as one space."""
+    return [(name, m.group(1)) for name, text in pages.items()
+            for m in re.finditer(pattern, re.sub(r"\s*\n\s*", " ", text))]
 
 
 @pytest.fixture(scope="module")
-def jobs() -> list[tuple[str, str]]:
-    return pipeline_jobs(load_params(REPO / "params.yaml"))
+def params():
+    return load_params(REPO / "params.yaml")
 
 
-def test_the_job_counts_are_the_pipelines(jobs: list[tuple[str, str]]) -> None:
-    """Every "N jobs" of the pipeline (not the history's "over N jobs" of earlier commits) is its job
-    count: one per (stage, name) plus Snakemake's `all`."""
-    said = {int(m.group(1)) for m in re.finditer(r"(?<!over )\b(\d+) jobs\b", README)}
-    assert said == {len(jobs) + 1}, said
-    # the rules whose paper row in workflow/resources.yaml asks for a GPU, as the README lists them
+@pytest.fixture(scope="module")
+def jobs(params) -> list[tuple[str, str]]:
+    return pipeline_jobs(params)
+
+
+def test_the_job_counts_are_the_pipelines(params, jobs: list[tuple[str, str]]) -> None:
+    """Every "N jobs" of the pipeline (not a dated measurement's "over N jobs") is its job count: one per
+    (stage, name) plus Snakemake's `all`."""
+    said = _find(r"(?<!over )\b(\d+) jobs\b")
+    assert said and {int(n) for _, n in said} == {len(jobs) + 1}, said
+    runs = _find(r"the (\d+) runs of the pipeline")
+    assert runs and {int(n) for _, n in runs} == {len(params.pipeline_targets())}, runs
+    datasets = _find(r"prepare (\w+) datasets")
+    assert datasets and {_number(n) for _, n in datasets} == {len(params.datasets)}, datasets
+
+
+def test_the_gpu_jobs_are_the_ones_sbatch_gets(params, jobs: list[tuple[str, str]]) -> None:
+    """The rules whose paper row in workflow/resources.yaml asks for a GPU, less `train_sweep` where the
+    Snakefile makes it a local rule (no pipeline sweep trains together): their jobs are the ones submitted with a
+    GPU, listed in the table's order; the local train_sweep jobs are counted apart."""
     table = yaml.safe_load((REPO / "workflow" / "resources.yaml").read_text())
     gpu_rules = [rule for rule, row in table.items() if row.get("paper", {}).get("gpu")]
-    listed = r",\s+".join(f"`{rule}`" for rule in gpu_rules[:-1]) + rf"\s+and\s+`{gpu_rules[-1]}`"
-    gpu = re.search(rf"the (\d+) {listed}\s+jobs ask for one GPU", README)
-    assert gpu and int(gpu.group(1)) == sum(stage in gpu_rules for stage, _ in jobs), listed
-    runs = re.search(r"the (\d+) runs of the pipeline", README)
-    assert runs and int(runs.group(1)) == len(load_params(REPO / "params.yaml").pipeline_targets())
+    together = any(params.sweeps[s].train_together for s in params.pipeline.sweeps)
+    submitted = [r for r in gpu_rules if together or r != "train_sweep"]
+    listed = r",\s+".join(f"`{rule}`" for rule in submitted[:-1]) + rf"\s+and\s+`{submitted[-1]}`"
+    said = _find(rf"the (\d+) {listed} jobs are submitted with one GPU each")
+    assert said and {int(n) for _, n in said} == {sum(stage in submitted for stage, _ in jobs)}, (listed, said)
+    local = _find(r"the (\d+) `train_sweep` jobs run where Snakemake runs")
+    if together:
+        assert not local, "a pipeline sweep trains together: its train_sweep jobs are submitted to SLURM"
+    else:
+        assert local and {int(n) for _, n in local} == {sum(s == "train_sweep" for s, _ in jobs)}, local
+        assert "none does today" in DOCS["docs/gpu-cluster.md"]
 
 
-def test_the_method_list_is_the_registry() -> None:
-    m = re.search(r"each with `method` \(([^)]*)\)", README)
-    assert m and re.findall(r"`(\w+)`", m.group(1)) == list(METHOD_SPECS)
+def test_the_method_lists_are_the_registry(params) -> None:
+    registry = list(METHOD_SPECS)
+    m = re.search(r"names one of (\w+) methods: ([^.]*)\.", re.sub(r"\s+", " ", README))
+    assert m and _number(m.group(1)) == len(registry) and re.findall(r"`(\w+)`", m.group(2)) == registry, m
+    config = re.search(r"each with `method` \(([^)]*)\)", DOCS["docs/configuration.md"])
+    assert config and re.findall(r"`(\w+)`", config.group(1)) == registry
+    # what `make run` trains: the README's "the first N", and the methods page's table
+    trained = {params.all_experiments()[name].method for name in params.pipeline_targets()}
+    first = re.search(r"`make run` trains the first (\w+);", README)
+    assert first and set(registry[:_number(first.group(1))]) == trained, (first, trained)
+    rows = dict(re.findall(r"^\| `(\w+)` \|(?:[^|]*\|){2} (yes|no)\b", DOCS["docs/methods.md"], re.M))
+    assert list(rows) == registry, rows
+    assert {k for k, v in rows.items() if v == "yes"} == trained, rows
 
 
 def test_the_mutation_count_is_the_scripts() -> None:
@@ -51,6 +98,116 @@ def test_the_mutation_count_is_the_scripts() -> None:
                             capture_output=True, text=True, timeout=60, cwd=REPO)
     assert listed.returncode == 0, listed.stderr
     n = len(listed.stdout.splitlines())
-    for name, text in (("README.md", README), ("docs/architecture.md", ARCHITECTURE)):
-        said = [int(x) for x in re.findall(r"applies (\d+) mutations", text)]
-        assert said == [n], f"{name} says {said} mutations; scripts/privacy-mutations.py --list has {n}"
+    said = _find(r"applies (\d+) mutations")
+    assert {p for p, _ in said} >= {"docs/privacy.md", "docs/architecture.md"}, said
+    assert all(int(x) == n for _, x in said), f"the docs say {said} mutations; scripts/privacy-mutations.py --list has {n}"
+
+
+def _test_functions() -> tuple[int, int]:
+    """`def test_...` at module level or in a class, over tests/test_*.py: (functions, files)."""
+    files = sorted((REPO / "tests").glob("test_*.py"))
+    n = 0
+    for f in files:
+        tree = ast.parse(f.read_text())
+        bodies = [tree.body] + [c.body for c in tree.body if isinstance(c, ast.ClassDef)]
+        n += sum(isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and d.name.startswith("test")
+                 for body in bodies for d in body)
+    return n, len(files)
+
+
+def test_the_test_count_is_the_suites() -> None:
+    m = re.search(r"The suite has ([\d,]+) test functions in (\d+) files", DOCS["docs/tests.md"])
+    assert m, "docs/tests.md no longer says how many test functions the suite has"
+    assert (_number(m.group(1)), int(m.group(2))) == _test_functions(), \
+        f"docs/tests.md says {m.group(0)!r}; tests/ has {_test_functions()} (functions, files)"
+
+
+def test_dvc_exp_show_lists_every_params_key() -> None:
+    """Plain `dvc exp show` has a column per key of params.yaml, flattened as DVC flattens it."""
+    from dvc.utils.flatten import flatten
+
+    keys = len(flatten(yaml.safe_load((REPO / "params.yaml").read_text())))
+    said = _find(r"every key of `params.yaml` as a column \(([\d,]+) keys today\)")
+    assert said and {_number(n) for _, n in said} == {keys}, (said, keys)
+
+
+def test_the_sweep_cell_names_shown_exist(params) -> None:
+    text = DOCS["docs/configuration.md"]
+    shown = re.findall(r"`(\w+-(?:[a-z_]+[\w.+-]*?)+)`", text)
+    cells = [s for s in shown if re.search(r"-[a-z_]+\d", s)]
+    assert "opt_lr_mnist-lr1e-05-optimizeradam" in cells, cells
+    unknown = [c for c in cells if c not in params.all_experiments()]
+    assert not unknown, f"docs/configuration.md names sweep cells that do not exist: {unknown}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return s.replace(" ", "-")
+
+
+def test_every_relative_link_resolves() -> None:
+    broken = []
+    for name, text in PAGES.items():
+        base = (REPO / name).parent
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (base / path).resolve() if path else REPO / name
+            if not dest.exists():
+                broken.append(f"{name}: {target}")
+            elif anchor and dest.suffix == ".md":
+                heads = {_slug(h) for h in re.findall(r"^#+ (.*)$", dest.read_text(), re.M)}
+                if anchor not in heads:
+                    broken.append(f"{name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_the_layout_names_every_module() -> None:
+    layout = DOCS["docs/layout.md"]
+    entries = [p.name for p in (REPO / "src" / "dpsynth").iterdir()
+               if p.name not in ("__init__.py", "py.typed", "__pycache__") and (p.suffix == ".py" or p.is_dir())]
+    missing = [e for e in entries if not re.search(rf"(?<![\w/]){re.escape(e)}/?(?!\w)", layout)]
+    assert not missing, f"docs/layout.md does not name src/dpsynth/{missing}"
+    methods = [p.name for p in (REPO / "src" / "dpsynth" / "methods").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert all(f"{m}/" in layout for m in methods), methods
+    for pin in ("PyWavelets", "torch", "dvc", "snakemake"):
+        version = re.search(rf"^{pin}==(\S+)$", (REPO / "requirements.lock").read_text(), re.M | re.I)
+        assert version, pin
+    assert re.search(r"PyWavelets [\d.]+", layout).group(0) == "PyWavelets " + re.search(
+        r"^PyWavelets==(\S+)$", (REPO / "requirements.lock").read_text(), re.M).group(1)
+
+
+def test_the_papers_are_cited_alike() -> None:
+    """Each reference of CITATION.cff is in docs/references.md under the same title and arXiv id; any title of
+    Reshetova et al. written out in the README or docs is the published one; DP-CGAN is among the references."""
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0"
+    refs = re.sub(r"\s+", " ", DOCS["docs/references.md"])
+    for ref in cff["references"]:
+        assert ref["title"] in refs, ref["title"]
+        arxiv = [i["value"] for i in ref.get("identifiers", []) if i["value"].startswith("arXiv:")]
+        assert arxiv and all(a in refs for a in arxiv), ref["title"]
+    assert any(r["title"].startswith("DP-CGAN") for r in cff["references"])
+    title = next(r["title"] for r in cff["references"] if r["authors"][0]["family-names"] == "Reshetova")
+    for name, text in PAGES.items():
+        for found in re.findall(r"training generative models from privatized data via entropic optimal transport",
+                                re.sub(r"\s+", " ", text), re.I):
+            assert found == title, f"{name}: {found!r} is not CITATION.cff's {title!r}"
+
+
+def test_the_first_screen_says_what_a_newcomer_needs() -> None:
+    lines = README.splitlines()
+    assert len(lines) <= 250, len(lines)
+    first = "\n".join(lines[:40])
+    for needed in ("make run", "make test", "results/report.html", "apt-get", "slurm-wlm", "munge",
+                   "chromium-headless-shell", "npm", "Python 3.11", "quick scale is, and is not"):
+        assert needed in first, needed
+    assert re.search(r"\d+:\d\d on\s+2026-\d\d-\d\d", first), "the run's time with its date"
+    section = README.split("## Reshetova et al. on MNIST at the paper's settings\n", 1)[1].strip().split("\n\n")[0]
+    assert section == ("A named target trains Figs. 5 and 11 of Reshetova et al. at the paper's own settings on "
+                       "the CPU; its command and time are in docs/reshetova-mnist.md.")
+    assert (REPO / "docs" / "reshetova-mnist.md").is_file()
+    for word in ("landing", "the issue's"):
+        assert not [n for n, t in PAGES.items() if word in t and n != "docs/deviations.md"], word

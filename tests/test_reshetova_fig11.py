@@ -1,7 +1,7 @@
 """Reshetova, Chen, Ozgur, "Training generative models from privatized data via entropic optimal transport"
 (ISIT 2024, arXiv:2306.09547), appendix 5.5, Fig. 11: the training-set size n as a sweep key (each cell trains
-on, and privatizes, the first n of its run's records), the W2 to the run's own clean training records beside
-the W2 to the held-out split, the slope of log W2 against log n with the paper's claim checked, the figure,
+on, and privatizes, the first n of its run's records), the W2 to the held-out split (the W2 to the run's own
+clean training records kept under the private root, never released), the slope of log W2 against log n with the paper's claim checked, the figure,
 and the `reshetova` target planning the 2-D sweep's cells."""
 
 from __future__ import annotations
@@ -147,9 +147,14 @@ def test_the_train_stage_trains_on_the_privatized_first_n(half_circle: Any, tmp_
 # --------------------------------------------------------------------------- the W2-to-train record
 
 
-def test_evaluate_records_w2_to_the_runs_own_clean_training_records(half_circle: Any, tmp_path: Path) -> None:
+def test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_private_root(
+        half_circle: Any, tmp_path: Path) -> None:
+    """The W2 to a cell's own clean training records is a statistic of the private records without noise: it is
+    written under the private root (labelled), never into the released metrics.json, and a metrics.json that
+    carries it is refused."""
     from dpsynth.evaluate.record import MetricsError, MetricsRecord
     from dpsynth.evaluate.w2 import w2_distance
+    from dpsynth.paths import OUTSIDE_GUARANTEE, release_rule, w2_train_file
     from dpsynth.stages.evaluate import run_evaluate
     from tests.test_reshetova_figures import _fabricate
 
@@ -162,22 +167,29 @@ def test_evaluate_records_w2_to_the_runs_own_clean_training_records(half_circle:
                         private_out=str(tmp_path / "private"), device="cpu") == 0
     rec = json.loads((tmp_path / "results" / "runs" / name / "metrics.json").read_text())
     w2 = rec["w2"]
-    assert w2["train"]["n_records"] == 1000 and w2["train"]["n_points"] == 1000
-    assert "clean" in w2["train"]["reference_split"]
+    assert "train" not in w2 and "train" not in json.dumps(w2)  # nothing of it in the released file
+    private = json.loads(w2_train_file(tmp_path / "private", name).read_text())
+    train = private["w2_train"]
+    assert private["privacy"] == OUTSIDE_GUARANTEE and private["experiment"] == name
+    assert train["n_records"] == 1000 and train["n_points"] == 1000 and "clean" in train["reference_split"]
     gen = np.load(Path(params.data.root) / "synthetic" / name / "seed0.npz")["x"].astype(np.float64)
     idx = resolve_run(params, name).train_indices(5000)
-    assert w2["train"]["mean"] == pytest.approx(w2_distance(gen, x[idx].astype(np.float64), n=1000, seed=0))
+    assert train["mean"] == pytest.approx(w2_distance(gen, x[idx].astype(np.float64), n=1000, seed=0))
+    # the released W2 is always to the held-out test records
     assert w2["mean"] == pytest.approx(w2_distance(gen, x_test.astype(np.float64), n=1000, seed=0))
-    assert w2["train"]["mean"] != pytest.approx(w2["mean"], abs=1e-9)  # two references, two numbers
-    # a run that sweeps no n keeps to the released quantities: no W2 to its (private, clean) training records
+    assert train["mean"] != pytest.approx(w2["mean"], abs=1e-9)  # two references, two numbers
+    assert not release_rule(str(w2_train_file("private", name))).push  # and DVC never sends it
+    # a run that sweeps no n measures nothing on its training records
     _fabricate(params, tmp_path / "results", Path(params.data.root), "ewgan_half_circle_gauss", 0.5, rng)
     assert run_evaluate(params, "ewgan_half_circle_gauss", synthetic=str(Path(params.data.root) / "synthetic"),
                         models=str(tmp_path / "models"), results=str(tmp_path / "results"),
                         private_out=str(tmp_path / "private"), device="cpu") == 0
-    assert "train" not in json.loads((tmp_path / "results" / "runs" / "ewgan_half_circle_gauss" / "metrics.json").read_text())["w2"]
-    bad = {**rec, "w2": {**w2, "train": {**w2["train"], "mean": -1.0, "values": []}}}
-    with pytest.raises(MetricsError, match=r"w2\.train\.mean"):
+    assert not w2_train_file(tmp_path / "private", "ewgan_half_circle_gauss").exists()
+    # a released metrics.json that carries it (an older evaluate, a hand edit) is refused, naming the key
+    bad = {**rec, "w2": {**w2, "train": train}}
+    with pytest.raises(MetricsError, match=r"w2\.train") as exc:
         MetricsRecord.from_dict(bad)
+    assert "private" in str(exc.value)
 
 
 # --------------------------------------------------------------------------- slope, claim, figure
@@ -195,19 +207,13 @@ def test_the_slope_fit_recovers_the_exponent() -> None:
 
 
 def _fabricate_cells(params: Any, results: Path, data: Path, w2: Any) -> None:
-    """Metrics of every cell of the 2-D sweep: ``w2(n) -> (train, held-out)``."""
+    """Metrics of every cell of the 2-D sweep: ``w2(n) -> held-out``."""
     from tests.test_reshetova_figures import _fabricate
 
     rng = np.random.default_rng(0)
     exps = params.all_experiments()
     for name in params.cells_of(SWEEP):
-        train, test = w2(exps[name].train_size)
-        _fabricate(params, results, data, name, test, rng)
-        path = results / "runs" / name / "metrics.json"
-        rec = json.loads(path.read_text())
-        rec["w2"]["train"] = {"mean": train, "std": 0.0, "n": 1, "values": [train], "n_points": 1000,
-                              "n_records": exps[name].train_size, "reference_split": "train (clean)"}
-        path.write_text(json.dumps(rec))
+        _fabricate(params, results, data, name, w2(exps[name].train_size), rng)
 
 
 def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
@@ -218,29 +224,32 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     raw["data"]["root"] = str(tmp_path / "data")
     params = parse_params(raw, source="fixture")
     results = tmp_path / "results"
-    _fabricate_cells(params, results, tmp_path / "data", lambda n: (1.9 * n ** -0.5, 2.0 * n ** -0.5))
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: 2.0 * n ** -0.5)
     built = build_table(TABLE, params, results)
     f = built.frame
     assert list(f["n"]) == ["1,000", "4,000", "15,000", "60,000"] and built.ours == 4
     assert list(f["W2 to clean held-out ours"])[0] == f"{2.0 * 1000 ** -0.5:.3f} ± 0.000"
-    assert list(f["W2 to clean train ours"])[-1] == f"{1.9 * 60000 ** -0.5:.3f} ± 0.000"
+    # the released table shows the held-out curve only and names where each cell's train point lies
+    assert "W2 to clean train ours" not in f.columns and set(built.curves["slopes"]) == {"test"}
+    assert list(f["W2 to clean train (private)"])[0] == f"private/runs/{SWEEP}-n1000/w2_train.json (not released)"
     assert set(f["W2 paper"]) == {"not reported (plot only)"}
-    assert built.curves["slopes"]["train"] == pytest.approx(-0.5, abs=1e-9)
+    assert built.curves["slopes"]["test"] == pytest.approx(-0.5, abs=1e-9)
     claim = next(n for n in built.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
-    assert "Ours: holds -- fitted slope of log W2 against log n: train -0.500 (the rate), held-out -0.500" in claim
-    assert any("reads the clean training records" in n and "not a private release" in n for n in built.notes)
+    assert "Ours: holds -- fitted slope of log W2 against log n: held-out -0.500 (the rate) (checked on the " \
+           "held-out curve only: the train curve is private)" in claim
+    assert any("outside the privacy guarantee" in n and "private/runs/<cell>/w2_train.json" in n for n in built.notes)
     assert any(n.startswith("Ours: Our adaptation") for n in built.notes)
     drawn = train_size_figure(built, params, tmp_path / "fig")
     assert drawn.name == f"{TABLE}.png" and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # W2 flat in n: the claim does not hold; the figure is another picture
-    _fabricate_cells(params, results, tmp_path / "data", lambda n: (0.30, 0.31))
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: 0.31)
     flat = build_table(TABLE, params, results)
     claim = next(n for n in flat.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
-    assert "Ours: does not hold -- fitted slope of log W2 against log n: train +0.000 (does not fall)" in claim
+    assert "Ours: does not hold -- fitted slope of log W2 against log n: held-out +0.000 (does not fall)" in claim
     assert train_size_figure(flat, params, tmp_path / "flat").read_bytes() != drawn.read_bytes()
     # falling more slowly: in part
-    _fabricate_cells(params, results, tmp_path / "data", lambda n: (n ** -0.1, 1.1 * n ** -0.1))
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: 1.1 * n ** -0.1)
     slow = build_table(TABLE, params, results)
     assert any("Ours: holds in part (W2 falls with n, not at the paper's rate)" in n for n in slow.notes)
 

@@ -115,35 +115,110 @@ def test_code_dependencies_are_what_each_stage_imports():
                 assert (REPO / dep).exists(), (name, dep)
 
 
-def test_dvc_push_never_sends_the_prepared_training_records(tmp_path: Path):
-    """A real `dvc push` to a local remote after the prepare stage ran: the dataset's metadata (.json)
-    arrives, the training records (data/processed/*.npz, `push: false`) do not -- a DVC remote is
-    shared storage, and the records are the private data itself."""
+def test_every_output_flag_follows_the_one_release_rule():
+    """dvc.yaml's `cache: false` / `push: false` are derived from ``paths.release_rule``, output by output: the
+    private root is never cached; what is computed on the records without noise (prepared records and their
+    label counts, real-data rows, the W2-vs-noise sweep, privatized records' clear labels) is never pushed; the
+    report's folders only when every dataset is declared public (data.public)."""
+    from dpsynth.paths import release_rule
+
+    raw = shipped()
+    raw["sweeps"]["n_half_circle"]["grid"]["n"] = [500, 1000]
+    raw["pipeline"]["sweeps"].append("n_half_circle")
+    for public in ([], list(raw["datasets"])):
+        raw["data"]["public"] = public
+        params = parse_params(raw)
+        seen: dict[str, dict] = {}
+        for stage in dvc_stages(params)["stages"].values():
+            body = stage.get("do", stage)
+            for kind in ("outs", "metrics", "plots"):
+                for out in body.get(kind, []):
+                    path, flags = next(iter(out.items())) if isinstance(out, dict) else (out, {})
+                    rule = release_rule(path, all_datasets_public=bool(public))
+                    cached, pushed = flags.get("cache", True), flags.get("push", True) and flags.get("cache", True)
+                    assert (cached or not rule.cache or path == "results/settings") and cached <= rule.cache, path
+                    assert pushed == rule.push or path == "results/settings", path  # (rewritten by every job)
+                    seen[path] = flags
+        never = ["data/processed/${item}.npz", "data/processed/${item}.json", "results/real/${item}/metrics.json",
+                 "results/real/${item}/headline.json", "results/w2_noise/${key}.csv", "data/privatized/${key}.npz",
+                 "data/privatized/n_half_circle-n${item.n}.npz"]
+        assert all(seen[o] == {"push": False} for o in never), {o: seen[o] for o in never}
+        assert all(seen[o] == {"cache": False} for o in seen if o.startswith("private/"))
+        assert seen["results/tables"] == seen["results/figures"] == ({} if public else {"push": False})
+        assert seen["models/${key}/generator.pt"] == seen["results/runs/${key}/metrics.json"] == {}
+        assert seen["data/privatized/${key}.json"] == {}  # the local privacy report is released
+    with pytest.raises(ConfigError, match="data.public"):
+        parse_params({**raw, "data": {**raw["data"], "public": ["mnistt"]}})
+
+
+def test_dvc_push_sends_nothing_computed_on_the_training_records_without_noise(tmp_path: Path):
+    """A real `dvc push` of a smoke workspace to a local remote: a real-data row, a cell of the training-set-size
+    sweep (Fig. 11: the W2 to its own clean training records is measured) and the report, run by `dvc repro`.
+    On the remote: the released files, and none of the prepared records, their label counts, the real-data row,
+    the privatized records (labels in clear), the W2 to the training records, nor anything under private/; the
+    report's folders only once every dataset is declared public, and then without the W2 to training records."""
     import hashlib
     import json
 
+    from dpsynth.paths import w2_train_file
     from tests.conftest import clear_pipeline, venv_bin
     from tests.pipelines import copy_workflow, run
 
+    cell = "n_half_circle-n400"
+
     def patch(p: dict) -> None:
-        p.update(scale="smoke", datasets=["digits28"])
+        p.update(scale="smoke", datasets=["digits28", "manifold2d_half_circle"], privacy_noise="reproducible")
         clear_pipeline(p)
-        p["evaluation"]["real_datasets"] = []
+        p["pipeline"]["sweeps"] = ["n_half_circle"]
+        p["sweeps"]["n_half_circle"]["grid"]["n"] = [200, 400]  # (Fig. 11 needs two sizes)
+        p["evaluation"].update(real_datasets=["digits28"], classifiers=["logreg"], fid_download=False)
+        p["tables"]["local_privacy_w2"]["dataset"] = "manifold2d_half_circle"
+        p["w2_noise"] = {"manifold2d_half_circle": {"noise_levels": [0.5], "losses": ["exact"], "steps": 5,
+                                                    "n_eval": 100}}
 
     d = copy_workflow(tmp_path / "w", patch)
     dvc = venv_bin("dvc")
-    run([dvc, "repro", "prepare_data@digits28"], d, timeout=600)
-    remote = tmp_path / "remote"
-    run([dvc, "remote", "add", "-d", "store", str(remote)], d)
-    run([dvc, "push"], d, timeout=300)
-    pushed = {f.parent.name + f.name for f in remote.rglob("*") if f.is_file()}
-    md5 = {rel: hashlib.md5((d / rel).read_bytes()).hexdigest()
-           for rel in ("data/processed/digits28.npz", "data/processed/digits28.json")}
-    assert md5["data/processed/digits28.json"] in pushed, (sorted(pushed), md5)  # the push itself worked
-    assert md5["data/processed/digits28.npz"] not in pushed, "dvc push sent the training records to the remote"
-    lock = json.dumps(yaml.safe_load((d / "dvc.lock").read_text()))
-    assert md5["data/processed/digits28.npz"] in lock  # still cached and recorded: checkout restores it
+    run([dvc, "repro"], d, timeout=900)
+    private_w2 = w2_train_file(d / "private", cell)
+    assert private_w2.is_file()  # measured, and kept on this machine
 
+    def md5(path: Path) -> str:
+        return hashlib.md5(path.read_bytes()).hexdigest()
+
+    def push(remote: Path) -> set[str]:
+        run([dvc, "remote", "add", "-f", "-d", "store", str(remote)], d)
+        run([dvc, "push"], d, timeout=300)
+        return {f.parent.name + f.name for f in remote.rglob("*") if f.is_file()}
+
+    pushed = push(tmp_path / "remote")
+    released = [d / "models" / cell / "generator.pt", d / "models" / cell / "privacy.json",
+                d / "results" / "runs" / cell / "metrics.json", d / "data" / "privatized" / f"{cell}.json"]
+    assert all(md5(f) in pushed for f in released), sorted(pushed)  # the push itself worked
+    noise_free = [d / "data" / "processed" / f"{ds}.{ext}" for ds in ("digits28", "manifold2d_half_circle")
+                  for ext in ("npz", "json")]
+    noise_free += [d / "results" / "real" / "digits28" / "metrics.json", d / "data" / "privatized" / f"{cell}.npz",
+                   d / "results" / "w2_noise" / "manifold2d_half_circle.csv", private_w2]
+    private = [f for f in (d / "private").rglob("*") if f.is_file()]
+    assert private and all(f.stat().st_size for f in private)
+    report = [f for f in (d / "results").glob("[tf]*/*") if f.is_file()]  # results/tables, results/figures
+    for f in noise_free + private + report:
+        assert md5(f) not in pushed, f"dvc push sent {f.relative_to(d)}"
+    assert "W2 to clean train ours" not in json.dumps(json.loads(released[2].read_text()))  # (a metrics.json)
+
+    # every dataset declared public: the report's tables and figures may go, the rest stays
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["data"]["public"] = ["digits28", "manifold2d_half_circle"]
+    (d / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], d)
+    pushed = push(tmp_path / "remote-public")
+    table = d / "results" / "tables" / "reshetova_fig11.csv"
+    assert md5(table) in pushed and md5(d / "results" / "figures" / "reshetova_fig11.png") in pushed
+    for f in noise_free + private:
+        assert md5(f) not in pushed, f"dvc push sent {f.relative_to(d)}"
+    value = repr(json.loads(private_w2.read_text())["w2_train"]["mean"])
+    texts = [f.read_text(errors="replace") for f in report if f.suffix in (".csv", ".md", ".tex")]
+    assert not any(value in t or value[:6] in t for t in texts)  # the train W2 is in no pushed table
+    assert f"private/runs/{cell}/w2_train.json" in table.read_text()  # which names where it lies
 
 
 def test_plan_refuses_outside_a_dvc_project_in_one_line_and_writes_nothing(tmp_path: Path, capsys, monkeypatch):

@@ -83,7 +83,9 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
     run = {"seeds": params.seeds, "threads": params.threads, "privacy_noise": params.privacy_noise}
     evaluation = params.evaluation.model_dump(mode="json", exclude={"real_datasets"}, exclude_defaults=True)
     if stage == "prepare_data":  # the same files at every scale (subsets are taken by the stages that use them)
-        return {"stage": stage, "dataset": name, "data": params.data.model_dump(mode="json", exclude_defaults=True)}
+        # (data.public says where the report may go, not what is prepared)
+        data = params.data.model_dump(mode="json", exclude_defaults=True, exclude={"public"})
+        return {"stage": stage, "dataset": name, "data": data}
     if stage == "w2_noise":
         sweep = params.w2_noise[name].model_dump(mode="json", exclude_defaults=True)
         return {**common, **run, "dataset": name, "sweep": sweep, "preset": _pick(params.preset, _W2)}

@@ -3,7 +3,9 @@ Snakefile and dvc.yaml cannot drift apart (tests/test_workflow_sync.py checks th
 
 Released and private outputs are kept apart by root: ``models/``, ``data/synthetic/``,
 ``data/privatized/`` and ``results/`` may be shared; ``private/`` (checkpoints, diagnostics logs,
-warm-start critics) and ``data/raw``, ``data/processed`` (the private data) may not.
+warm-start critics) and ``data/raw``, ``data/processed`` (the private data) may not. What may leave
+the machine is decided HERE, once (:func:`release_rule`): the DVC generator derives every ``push: false``
+and ``cache: false`` from it, so a new output cannot be pushed because someone forgot a flag.
 
 Everything per run lives under ``results/runs/{experiment}/`` and every real-data row under
 ``results/real/{dataset}/``: DVC's report stage can then depend on those two folders and so
@@ -13,11 +15,12 @@ a list into ``deps``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RUNS", "REAL", "W2_NOISE", "run_dir", "metrics_file", "samples_png", "real_metrics_file",
-           "w2_noise_csv", "warmstart_dir", "private_run_dir",
-           "fid_reference_dir", "is_classifier_dir"]
+__all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
+           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "warmstart_dir",
+           "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
 
 RUNS = "runs"
 REAL = "real"
@@ -25,6 +28,58 @@ W2_NOISE = "w2_noise"
 WARMSTART = "warmstart"
 FID_REFERENCE = "fid_reference"
 IS_CLASSIFIER = "is_classifier"
+#: The private root's default name (``--private-out``): nothing under it is cached by DVC or pushed.
+PRIVATE = "private"
+#: The label every statistic of the private records computed without noise carries wherever it is shown.
+OUTSIDE_GUARANTEE = "computed on the private records without noise: outside the privacy guarantee"
+
+#: Outputs computed on the real records WITHOUT noise (the prepared records and their label counts and raw
+#: hashes, the real-data rows, the W2-vs-noise sweep of seeded, non-private noise): kept on this machine,
+#: never pushed, whatever the dataset. (Relative to the project root, as dvc.yaml names them.)
+NOISE_FREE = ("data/raw", "data/processed", f"results/{REAL}", f"results/{W2_NOISE}")
+#: Locally privatized records (``data/privatized/<run>.npz``): the local mechanism noises each record, but the
+#: file keeps the records' labels in clear, a noise-free statistic of the training records (its ``.json``, the
+#: privacy report, is released).
+CLEAR_LABELS = "data/privatized"
+#: The report's folders: they quote the real-data rows, the W2-vs-noise sweep and clean records of the test
+#: split (the wavelet figure's clean column), so they may be pushed only when every dataset is public.
+REPORT_OUTPUTS = ("results/tables", "results/figures")
+
+
+@dataclass(frozen=True)
+class ReleaseRule:
+    """What may be done with one output: ``cache`` (DVC may keep a copy in its local cache) and ``push``
+    (``dvc push`` may send it to a remote); ``why`` says why not, for dvc.yaml's readers."""
+
+    cache: bool
+    push: bool
+    why: str = ""
+
+
+def _under(path: str, root: str) -> bool:
+    parts, head = Path(path).parts, Path(root).parts
+    return parts[:len(head)] == head
+
+
+def release_rule(path: str, *, all_datasets_public: bool = False) -> ReleaseRule:
+    """The one rule for an output ``path`` (project-relative, as dvc.yaml writes it; ``${...}`` templates fine).
+
+    - under ``private/``: neither cached nor pushed (checkpoints with the secret noise state, critics and
+      diagnostics trained or computed on the private data, the W2 to a cell's own clean training records);
+    - :data:`NOISE_FREE`, and the privatized records (labels in clear, :data:`CLEAR_LABELS`): cached (an old
+      commit's numbers stay readable here) but never pushed;
+    - the report's folders: pushed only when ``all_datasets_public`` (``data.public`` lists every dataset
+      of ``datasets``): a curator's own dataset's real-data rows and clean records stay here;
+    - anything else (models, privacy reports, privatized and synthetic data, the runs' metrics): released."""
+    if _under(path, PRIVATE):
+        return ReleaseRule(False, False, "private: trained or computed on the private data, or secret noise state")
+    if any(_under(path, root) for root in NOISE_FREE):
+        return ReleaseRule(True, False, OUTSIDE_GUARANTEE)
+    if _under(path, CLEAR_LABELS) and path.endswith(".npz"):
+        return ReleaseRule(True, False, "the privatized records' labels are in clear (" + OUTSIDE_GUARANTEE + ")")
+    if any(_under(path, root) for root in REPORT_OUTPUTS) and not all_datasets_public:
+        return ReleaseRule(True, False, "quotes real-data rows of a dataset not declared public (data.public)")
+    return ReleaseRule(True, True)
 
 
 def run_dir(results: str | Path, experiment: str) -> Path:
@@ -57,6 +112,13 @@ def warmstart_dir(private: str | Path, name: str) -> Path:
 def private_run_dir(private: str | Path, experiment: str) -> Path:
     """A training run's private files: its checkpoint (secret noise state) and diagnostics log."""
     return Path(private) / RUNS / experiment
+
+
+def w2_train_file(private: str | Path, experiment: str) -> Path:
+    """The W2 between a run's synthetic sets and its OWN clean training records (Reshetova et al. Fig. 11's
+    "train" curve): a statistic of the private records without noise, so under the PRIVATE root, beside the
+    run's checkpoint, and in no released file (``release_rule``)."""
+    return private_run_dir(private, experiment) / "w2_train.json"
 
 
 def fid_reference_dir(private: str | Path) -> Path:

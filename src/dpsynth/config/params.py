@@ -26,6 +26,10 @@ class DataSettings(Strict):
     local_dirs: list[str] = Field(default_factory=list, description="searched for raw files first")
     celeba_dir: str | None = None
     mirrors: dict[str, list[str]] = Field(default_factory=dict, description="per-dataset mirror override")
+    public: list[Name] = Field(default_factory=list, description="datasets whose records are public (the benchmarks: "
+                               "mnist, fashion_mnist, ...); default none. Only when every dataset in `datasets` is "
+                               "listed may `dvc push` send the report's tables and figures, which quote the real-data "
+                               "rows and clean test records (a curator's own dataset: never listed)")
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,9 @@ class Params(Strict):
         for d in self.evaluation.real_datasets:
             if d not in self.datasets:
                 raise KeyedValueError("evaluation.real_datasets", f"{d!r} is not in datasets")
+        for d in self.data.public:
+            if d not in DATASETS:
+                raise KeyedValueError("data.public", unknown_dataset_message(d))
         for sname, sweep in self.sweeps.items():
             if sweep.base not in self.experiments:
                 raise KeyedValueError(f"sweeps.{sname}.base", self._unknown_experiment(sweep.base))
@@ -181,6 +188,11 @@ class Params(Strict):
                                       f"together (only {together}); remove it")
         self._check_tables()
         return self
+
+    def all_datasets_public(self) -> bool:
+        """Whether every dataset the pipeline prepares is declared public (``data.public``): then, and only
+        then, the report's folders may be pushed (``paths.release_rule``)."""
+        return set(self.datasets) <= set(self.data.public)
 
     def _unknown_experiment(self, name: str) -> str:
         """``unknown experiment 'x'; did you mean 'y'?`` (the closest named experiment, if any)."""

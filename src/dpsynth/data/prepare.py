@@ -25,6 +25,7 @@ from dpsynth.data.npm import NpmSource
 from dpsynth.data.registry import DatasetSpec, get_spec
 from dpsynth.errors import DataError
 from dpsynth.io import naming_failed_writes, remove_stale_temps, write_json, write_npz, writer_prefix
+from dpsynth.paths import OUTSIDE_GUARANTEE
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,8 @@ def prepare(name: str, src: Sources) -> dict[str, Any]:
         "n_test": int(arrays["x_test"].shape[0]),
         "dtype": str(arrays["x_train"].dtype),
         "label_counts_train": np.bincount(arrays["y_train"], minlength=spec.num_classes).tolist(),
+        # the exact training label histogram and the raw files' hashes: kept here, never pushed (paths.release_rule)
+        "privacy": OUTSIDE_GUARANTEE,
         "provenance": provenance,
         "dpsynth_version": __version__,
         "python": platform.python_version(),

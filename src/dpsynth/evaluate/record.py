@@ -155,8 +155,8 @@ class MetricsRecord:
     privacy: dict[str, Any] | None  # the run's privacy report (verified by readers); None for a real-data row
     scale: str
     # of a synthetic-data run only:
-    #: W2 to the clean test split {"mean", "std", ..., "train": the same to the run's own clean training
-    #: records (written since Fig. 11; absent before)}; None for conditional methods
+    #: W2 to the clean held-out test split {"mean", "std", ...}; None for conditional methods. (The W2 to a
+    #: run's own clean training records is private: ``paths.w2_train_file``; a "train" key here is refused.)
     w2: dict[str, Any] | None = None
     n_synthetic_sets: int | None = None
     n_synthetic: int | None = None
@@ -279,10 +279,10 @@ class MetricsRecord:
             if not isinstance(w2, dict):
                 raise MetricsError("w2", f"must be a record with numeric 'mean' and 'std', got {w2!r}")
             _check_summary("w2", w2, NON_NEGATIVE)
-            if w2.get("train") is not None:  # W2 to the run's own clean training records (Fig. 11's "train")
-                if not isinstance(w2["train"], dict):
-                    raise MetricsError("w2.train", f"must be a record with numeric 'mean' and 'std', got {w2['train']!r}")
-                _check_summary("w2.train", w2["train"], NON_NEGATIVE)
+            if "train" in w2:  # W2 to the run's own clean training records: private, never in this (released) file
+                raise MetricsError("w2.train", "is the W2 to the run's own clean training records, computed on the "
+                                   "private records without noise: it belongs under the private root "
+                                   "(private/runs/<run>/w2_train.json), never in a released metrics.json")
         priv = d["privacy"]
         if real:
             if priv is not None:

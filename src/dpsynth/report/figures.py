@@ -92,7 +92,8 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
             ax.plot(base.index, base.values, "k--", label="privatized data itself")
         ax.set_xlabel("noise std σ")
         ax.set_ylabel("W2 to the clean data")
-        ax.set_title(f"W2 vs noise ({ds}); Reshetova et al. Fig. 5 gives this only as a plot", fontsize=9)
+        ax.set_title(f"W2 vs noise ({ds}); Reshetova et al. Fig. 5 gives this only as a plot\nseeded noise on the "
+                     "clean training records: not private, outside the guarantee", fontsize=8)
         ax.legend(fontsize=8)
         if right:
             # Fig. 5 right: the entropic W2 at 2σ² to held-out privatized records (the paper's

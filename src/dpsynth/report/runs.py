@@ -243,8 +243,8 @@ def epsilon_cell(run: Run | None, *, real: bool = False) -> str:
     """Every convention the run's privacy report holds, e.g. ``rdp_classic=10.00; rdp_modern=9.41 (δ=1e-05)``."""
     if run is None:
         return NOT_RUN
-    if real:
-        return "∞ (real data)"
+    if real:  # the real-data row: the classifiers and FID on the training records themselves, no noise
+        return "∞ (real data: no noise, outside the guarantee)"
     eps = run.epsilons()
     if not eps:
         return NOT_REPORTED

@@ -78,7 +78,8 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         if run is not None and run.experiment.train_size is not None:
             # A cell of a training-set-size sweep (Reshetova et al. Fig. 11's "train" curve): also the W2 to its
             # own clean training records. Computed on private records without noise, as the paper's analysis
-            # does: only the runs that sweep n record it (labelled so in the report), no other run.
+            # does: only the runs that sweep n measure it, and it is written under the PRIVATE root
+            # (paths.w2_train_file), never into the released metrics.json.
             idx = run.train_indices(len(data.x_train))
             train_records = data.x_train if idx is None else data.x_train[idx]
         scores = evaluate_synthetic(paths, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
@@ -90,12 +91,19 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                     fid_reference=fid_reference(preset, data),
                                     gswgan=_gswgan_settings(params, data, private_out, dev) if GS_WGAN in protocols
                                     else None, device=dev, train_records=train_records)
+        w2_train = (scores.get("w2") or {}).pop("train", None)
+        if w2_train is not None:
+            _write_w2_train(private_out, experiment, w2_train)
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
                                preset=preset.model_dump(mode="json"), versions=environment())
         out = metrics_file(results, experiment)
     record.write(out)
+    if real:
+        from dpsynth.paths import OUTSIDE_GUARANTEE
+
+        print(f"{record.experiment}: the real-data row is {OUTSIDE_GUARANTEE} (never pushed)")
     for kind, rec in record.classifiers.items():
         print(f"{record.experiment}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
     if record.w2:
@@ -117,6 +125,21 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
               + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
     print(f"{record.experiment}: scores -> {out} (the report reads them)", flush=True)
     return 0
+
+
+def _write_w2_train(private_out: str, experiment: str, w2_train: dict[str, Any]) -> Path:
+    """Write the W2 to the run's own clean training records under the private root, labelled: it is a statistic
+    of the private records without noise, outside the guarantee (``paths.release_rule`` keeps it off every
+    remote), so it never enters a released file; the report's Fig. 11 names this path instead."""
+    from dpsynth.io import write_json
+    from dpsynth.paths import OUTSIDE_GUARANTEE, w2_train_file
+
+    out = w2_train_file(private_out, experiment)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, {"experiment": experiment, "w2_train": w2_train, "privacy": OUTSIDE_GUARANTEE})
+    # (the value is not printed: job logs are not private)
+    print(f"{experiment}: W2 to its own clean training records ({OUTSIDE_GUARANTEE}) -> {out}")
+    return out
 
 
 def _gswgan_settings(params: Params, data: Any, private_out: str, device: str) -> Any:

@@ -29,6 +29,7 @@ import yaml
 from dpsynth.config import Params, cell_suffix
 from dpsynth.config.experiment import SWEEP_KEYS
 from dpsynth.errors import ConfigError
+from dpsynth.paths import release_rule
 from dpsynth.workflow.code_deps import code_deps, trainer_modules
 from dpsynth.workflow.settings import SETTINGS_DIR, settings_path
 
@@ -38,11 +39,15 @@ HEADER = """\
 # modules a stage imports); `dpsynth workflow dvc --check` fails while this file is stale. Editing a
 # sweep's lists, `datasets`, `evaluation.real_datasets` or `w2_noise` needs no regeneration: DVC
 # reads those from params.yaml. The same stages as the Snakefile (tests/test_workflow_sync.py).
-# Outputs under private/ (warm-started critics, sweep checkpoints) are kept out of the DVC cache:
-# they are trained on the private data without noise and must never be pushed to a remote. The
-# prepared datasets (data/processed/*.npz: the training records themselves) are cached but `push: false`.
-# Results (metrics, W2 measurements, tables, figures) are cached: results/ is not in git, so the cache is
-# where `dvc metrics diff` and `dvc plots diff` read an earlier commit's numbers.
+# Every `cache: false` and `push: false` below follows from one rule (dpsynth.paths.release_rule):
+# outputs under private/ (warm-started critics, sweep checkpoints) are kept out of the DVC cache: they are
+# trained on the private data without noise and must never be pushed to a remote. What is computed on the
+# real records without noise -- data/processed/* (the records, their label counts and raw hashes),
+# results/real/* (the real-data rows), results/w2_noise/*, data/privatized/*.npz (labels in clear) -- is
+# cached but `push: false`; so are the report's tables and figures unless every dataset in `datasets` is
+# declared public (data.public; adding a dataset that is not makes `--check` ask for a regeneration). The
+# rest of results/ is cached: results/ is not in git, so the cache is where `dvc metrics diff` and
+# `dvc plots diff` read an earlier commit's numbers.
 """
 
 #: stage group kind -> the CLI module its command runs (its code dependencies start there)
@@ -50,7 +55,6 @@ CLI_MODULE = {"settings": "workflow", "prepare_data": "data", "privatize": "priv
               "sample": "sample", "evaluate": "evaluate", "w2_noise": "w2noise", "report": "report"}
 
 UNCACHED = {"cache": False}
-NOT_PUSHED = {"push": False}
 
 
 @cache
@@ -184,9 +188,9 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     stages["prepare_data"] = {"foreach": "${datasets}", "do": {
         "cmd": _cmd("prepare_data", "${item}", "data prepare ${item} --params params.yaml"),
         "deps": [settings_path("prepare_data", "${item}"), *_code("prepare_data")], 
-        # the prepared training records: cached (going back to an old params.yaml restores them) but never
-        # pushed -- a DVC remote would otherwise receive the private dataset itself
-        "outs": [{"data/processed/${item}.npz": dict(NOT_PUSHED)}, "data/processed/${item}.json"]}}
+        # the prepared training records and their label counts: cached (going back to an old params.yaml
+        # restores them) but never pushed (release_rule) -- a DVC remote would otherwise receive the private data
+        "outs": ["data/processed/${item}.npz", "data/processed/${item}.json"]}}
     stages.update(_experiment_groups(params))
     for sweep in params.pipeline.sweeps:
         stages.update(_sweep_groups(params, sweep))
@@ -213,7 +217,23 @@ def dvc_stages(params: Params) -> dict[str, Any]:
                                                      "template": "scatter"}},
         {"results/figures/fid_vs_epsilon.csv": {"x": "epsilon", "y": "fid", "template": "scatter"}},
     ]
+    _apply_release_rule(stages, params.all_datasets_public())
     return {"stages": stages, "plots": plots}
+
+
+def _apply_release_rule(stages: dict[str, Any], all_public: bool) -> None:
+    """Mark every output as ``paths.release_rule`` says (``cache: false`` / ``push: false``), in place: derived
+    from the one rule for each path, never from a list kept here, so a new output is released only if it
+    may be."""
+    for stage in stages.values():
+        body = stage.get("do", stage)
+        for kind in ("outs", "metrics", "plots"):  # DVC caches and pushes all three kinds of output
+            for i, out in enumerate(body.get(kind, [])):
+                path, opts = next(iter(out.items())) if isinstance(out, dict) else (out, {})
+                rule = release_rule(path, all_datasets_public=all_public)
+                flags = {**opts, **({} if rule.cache else UNCACHED),
+                         **({"push": False} if rule.cache and not rule.push else {})}
+                body[kind][i] = {path: flags} if flags else path
 
 
 class _NoAliases(yaml.SafeDumper):

@@ -36,7 +36,8 @@ class BuiltTable:
     grid: dict[str, Any] | None = None
     #: manifold tables: one dict per panel of the figure (row, col, experiment, labels, W2 cell).
     panels: list[dict[str, Any]] | None = None
-    #: train_size tables: {"dataset", "points": [{"n", "train", "test"}], "slopes": {"train", "test"}, "paper_slope"}.
+    #: train_size tables: {"dataset", "points": [{"n", "test"}], "slopes": {"test"}, "paper_slope", "private_train"
+    #: (where each cell's private train point lies)}.
     curves: dict[str, Any] | None = None
     #: wavelet tables (Reshetova et al. Figs. 2, 8): one dict per row of the six-column figure (row,
     #: mechanism, runs {column: experiment}, w2 {column: cell}).

@@ -1,10 +1,15 @@
 """``kind: train_size`` tables: Reshetova, Chen, Ozgur, "Training generative models from privatized data via
 entropic optimal transport" (ISIT 2024, arXiv:2306.09547), appendix 5.5, Fig. 11 -- the generator's W2 to the
-clean data against the training-set size n, to the clean records it trained on ("train": the cell's own first n,
-``RunSpec.train_indices``) and to the clean held-out test split ("test"), on a log-log scale. A row per cell of
-the table's sweeps over n; the notes give the fitted slope of log W2 against log n for each curve beside the
-paper's 1/sqrt(n) (slope -0.5) and check the paper's claim with the numbers. The figure itself is
-``dpsynth.report.train_size``, drawn from :attr:`BuiltTable.curves`."""
+clean data against the training-set size n, on a log-log scale. A row per cell of the table's sweeps over n; the
+notes give the fitted slope of log W2 against log n beside the paper's 1/sqrt(n) (slope -0.5) and check the
+paper's claim with the numbers. The figure itself is ``dpsynth.report.train_size``, drawn from
+:attr:`BuiltTable.curves`.
+
+Released: the held-out ("test") curve only -- the W2 to the clean test split, records no cell trained on. The
+paper's "train" curve, the W2 to a cell's own clean training records (``RunSpec.train_indices``), is a statistic
+of the private records without noise, outside the guarantee: the evaluate stage writes it under the private root
+(``paths.w2_train_file``), and this table names that path per cell instead of printing it (``paths.release_rule``
+keeps the private root off every remote)."""
 
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from dpsynth.config import Params, Table
+from dpsynth.paths import OUTSIDE_GUARANTEE, PRIVATE, w2_train_file
 from dpsynth.report.published import paper_table
-from dpsynth.report.runs import NOT_REPORTED, NOT_RUN, PLOT_ONLY, Run, RunStore, fmt_mean_std, scale_cell
+from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
 from dpsynth.report.tables.common import BuiltTable, _members
 from dpsynth.report.tables.notes import _ours, _scale_notes
 from dpsynth.report.tables.w2 import w2_cell, w2_of
@@ -42,14 +48,10 @@ def fit_slope(ns: Sequence[float], w2s: Sequence[float]) -> float:
     return float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
 
 
-def w2_train_of(run: Run | None) -> tuple[float, float] | None:
-    """A run's W2 to its own clean training records (mean, std over its synthetic sets); None when not recorded
-    (a run evaluated before that record existed, or not run)."""
-    w2 = run.metrics.get("w2") if run is not None else None
-    train = w2.get("train") if isinstance(w2, dict) else None
-    if not isinstance(train, dict) or not isinstance(train.get("mean"), int | float):
-        return None
-    return float(train["mean"]), float(train.get("std", 0.0))
+def train_curve_path(experiment: str) -> str:
+    """Where a cell's "train" point lies (under the private root, at its default name): what the released table
+    and figure print in its place."""
+    return str(w2_train_file(PRIVATE, experiment))
 
 
 def _verdict(slope: float) -> str:
@@ -61,11 +63,13 @@ def _verdict(slope: float) -> str:
 
 def rate_claim(points: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CLAIM) -> str:
     """The paper's claim beside what our runs show, with the numbers (the wording of ``w2.entropic_claim``):
-    ``points`` has columns ``n``, ``train`` and ``test`` (mean W2 per training-set size; NaN where not
-    measured). The claim holds when both fitted slopes are within ``SLOPE_TOLERANCE`` of -0.5."""
+    ``points`` has columns ``n`` and ``test`` (mean W2 to the held-out records per training-set size; NaN where
+    not measured) and, read on the private side only, ``train``. The claim holds when every fitted slope is
+    within ``SLOPE_TOLERANCE`` of -0.5."""
     head = f"Claim (Reshetova et al., {figure}): {claim}."
     slopes: dict[str, float] = {}
-    for curve in ("train", "test"):
+    curves = [c for c in ("train", "test") if c in points.columns]
+    for curve in curves:
         ok = points[["n", curve]].dropna()
         if ok["n"].nunique() >= 2:
             slopes[curve] = fit_slope(ok["n"], ok[curve])
@@ -73,7 +77,9 @@ def rate_claim(points: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CL
         return f"{head} Ours: not checked (W2 to the held-out data at fewer than two n)."
     names = {"train": "train", "test": "held-out"}
     said = ", ".join(f"{names[c]} {s:+.3f} ({_verdict(s)})" for c, s in slopes.items())
-    if all(abs(s - PAPER_SLOPE) <= SLOPE_TOLERANCE for s in slopes.values()) and len(slopes) == 2:
+    if "train" not in curves:
+        said += " (checked on the held-out curve only: the train curve is private)"
+    if all(abs(s - PAPER_SLOPE) <= SLOPE_TOLERANCE for s in slopes.values()) and len(slopes) == len(curves):
         verdict = "holds"
     elif all(s < 0 for s in slopes.values()):
         verdict = "holds in part (W2 falls with n, not at the paper's rate)"
@@ -81,9 +87,10 @@ def rate_claim(points: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CL
         verdict = "does not hold"
     both = points.dropna()
     gap = (f"; train/held-out gap at most {float((both['train'] - both['test']).abs().max()):.3f}"
-           if len(both) else "")
-    values = "; ".join(f"n={int(r.n):,}: train " + ("n/a" if math.isnan(r.train) else f"{r.train:.3f}") +
-                       ", held-out " + ("n/a" if math.isnan(r.test) else f"{r.test:.3f}")
+           if "train" in curves and len(both) else "")
+    values = "; ".join(f"n={int(r.n):,}: " + (("train " + ("n/a" if math.isnan(r.train) else f"{r.train:.3f}")
+                                                + ", ") if "train" in curves else "")
+                       + "held-out " + ("n/a" if math.isnan(r.test) else f"{r.test:.3f}")
                        for r in points.sort_values("n").itertuples())
     return (f"{head} Ours: {verdict} -- fitted slope of log W2 against log n: {said}, the paper's -0.5 "
             f"(within ±{SLOPE_TOLERANCE:g} counts as the rate; our tolerance){gap} (mean W2 to the clean data: "
@@ -102,33 +109,31 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
         n = experiments[e].train_size
         run = store.experiment(e)
         runs.append(run)
-        train, test = w2_train_of(run), w2_of(run)
-        points.append({"n": float(n or 0), "train": train[0] if train else math.nan,
-                       "test": test if test is not None else math.nan})
+        test = w2_of(run)
+        points.append({"n": float(n or 0), "test": test if test is not None else math.nan})
         records.append({"n": f"{n:,}", "Run": e, "Scale": scale_cell(run, params.scale),
-                        "W2 to clean train ours": (fmt_mean_std(*train, 3) if train else
-                                                   NOT_RUN if run is None else "not evaluated"),
-                        "W2 to clean held-out ours": w2_cell(run), "W2 paper": paper_cell})
-    df = pd.DataFrame(points, columns=["n", "train", "test"])
-    slopes: dict[str, float | None] = {}
-    for curve in ("train", "test"):
-        ok = df[["n", curve]].dropna()
-        slopes[curve] = fit_slope(ok["n"], ok[curve]) if ok["n"].nunique() >= 2 else None
+                        "W2 to clean held-out ours": w2_cell(run), "W2 paper": paper_cell,
+                        "W2 to clean train (private)": f"{train_curve_path(e)} (not released)"})
+    df = pd.DataFrame(points, columns=["n", "test"])
+    ok = df.dropna()
+    slopes: dict[str, float | None] = {"test": fit_slope(ok["n"], ok["test"]) if ok["n"].nunique() >= 2 else None}
     notes = ([f"{paper.source}: {n}" for n in paper.notes] if paper else []) + _ours(table)
-    notes.append("Ours: W2 = the exact W2 between 1,000 generated points and 1,000 clean points (mean ± std over the "
-                 "synthetic sets; `dpsynth evaluate`): 'train' to the run's own clean training records (its first n, "
-                 "those it trained on, before privatization), 'held-out' to the clean test split (records no cell "
-                 "trained on). The 'train' column reads the clean training records: an evaluation on the private "
-                 "data, as the paper's Fig. 11 does, not a private release. A two-sample W2 on 1,000 points is not 0 "
-                 "even for a perfect generator, which flattens a curve at large n.")
-    notes.append("Ours: fitted slope of log W2 against log n (least squares over the cells): " + ", ".join(
-        f"{label} {'n/a (fewer than two n)' if s is None else f'{s:+.3f}'}"
-        for label, s in (("train", slopes["train"]), ("held-out", slopes["test"]))) + "; the paper: -0.5 (1/sqrt(n)).")
+    notes.append("Ours: W2 = the exact W2 between 1,000 generated points and 1,000 clean held-out points (the test "
+                 "split: records no cell trained on; mean ± std over the synthetic sets; `dpsynth evaluate`). A "
+                 "two-sample W2 on 1,000 points is not 0 even for a perfect generator, which flattens a curve at "
+                 "large n.")
+    notes.append("The paper's 'train' curve -- W2 to each cell's own clean training records (its first n, before "
+                 f"privatization) -- is {OUTSIDE_GUARANTEE}. It is not in this table or its figure: each cell's "
+                 f"lies in {train_curve_path('<cell>')} (the private root, never pushed), column 'W2 to clean train "
+                 "(private)'.")
+    notes.append("Ours: fitted slope of log W2 against log n (least squares over the cells): held-out "
+                 + ('n/a (fewer than two n)' if slopes["test"] is None else f"{slopes['test']:+.3f}")
+                 + "; the paper: -0.5 (1/sqrt(n)).")
     notes.append(rate_claim(df, figure=paper.table if paper is not None else name))
     notes += _scale_notes(runs)
-    frame = pd.DataFrame.from_records(records, columns=["n", "Run", "Scale", "W2 to clean train ours",
-                                                        "W2 to clean held-out ours", "W2 paper"])
+    frame = pd.DataFrame.from_records(records, columns=["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper",
+                                                        "W2 to clean train (private)"])
     curves: dict[str, Any] = {"dataset": table.dataset, "points": df.to_dict("records"), "slopes": slopes,
-                              "paper_slope": PAPER_SLOPE}
+                              "paper_slope": PAPER_SLOPE, "private_train": train_curve_path("<cell>")}
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
                       curves=curves)

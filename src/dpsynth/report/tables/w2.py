@@ -13,7 +13,7 @@ import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.errors import DataError
-from dpsynth.paths import w2_noise_csv
+from dpsynth.paths import OUTSIDE_GUARANTEE, w2_noise_csv
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import (
     NOT_APPLICABLE,
@@ -146,7 +146,9 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
                 rec["Entropic W2 of the clean data itself"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
             rec["n"] = str(len(g))
             records.append(rec)
-        notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)).")
+        notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)). The W2-vs-noise rows train on "
+                     f"the clean training records with seeded, non-private noise: {OUTSIDE_GUARANTEE} (that file is "
+                     "never pushed).")
         notes.append(entropic_claim(df))
         if "entropic_w2_privatized" in df:
             notes.append("Ours: the entropic W2 column is Fig. 5 (right): W_{2,λ} at λ = 2σ² (Reshetova et al. "

@@ -291,3 +291,31 @@ def test_what_is_privatized_and_warm_started_follows_from_the_experiments():
     targets = params.pipeline_targets()
     assert targets["ewgan_half_circle_gauss"].data == "privatized/ewgan_half_circle_gauss"
     assert targets["gswgan_fmnist"].warmstart == "gswgan_fmnist" and targets["dps_fmnist"].warmstart is None
+
+
+@pytest.mark.parametrize("p", [0.2, 1e-3])
+def test_a_private_adversarial_run_with_extra_images_is_refused_with_the_reason(p: float) -> None:
+    """The adversarial variant's n' extra images (p > 0) get their gradient through the critics phi_j, each
+    trained without noise on its partition, and the image sanitizer releases those rows clipped but not noised:
+    a function of private records, released. Refused at config load, one line naming the key and the value;
+    p 0, a non-private run and the param sanitizer (which noises the whole parameter gradient) are accepted."""
+    raw = shipped()
+    hp = raw["experiments"]["dps_celeba_adv"]["hparams"]
+    assert hp["p"] == 0.0 and hp["adversarial"] is True  # the shipped run
+    parse_params(raw)
+    hp["p"] = p
+    with pytest.raises(ConfigError) as exc:
+        parse_params(raw, source="params.yaml")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"params.yaml: experiments.dps_celeba_adv: hparams.p {p:g}: the "
+                                              "adversarial variant needs p 0"), msg
+    assert "without noise" in msg
+    del hp["p"]  # the default p (0.2) is refused too
+    with pytest.raises(ConfigError, match="hparams.p 0.2"):
+        parse_params(raw)
+    hp["p"] = p
+    parse_params({**raw, "experiments": {**raw["experiments"], "dps_celeba_adv": {
+        **raw["experiments"]["dps_celeba_adv"], "hparams": {**hp, "sanitizer": "param"}}}})
+    raw["experiments"]["sinkhorn_celeba_adv_nonprivate"]["hparams"]["p"] = p
+    hp["p"] = 0.0
+    parse_params(raw)

@@ -158,7 +158,8 @@ def _run_killed_at(ctx: TrainContext, kill_step: int, monkeypatch) -> None:
 @pytest.mark.parametrize("sanitizer, adversarial", [("image", False), ("param", False), ("image", True)])
 def test_kill_and_resume_is_bit_identical(digits28, tmp_path, monkeypatch, sanitizer, adversarial):
     kw = dict(privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1}, steps=8, batch_size=10, lr=1e-3,
-              sanitizer=sanitizer, adversarial=adversarial, partitions=20 if adversarial else None)
+              sanitizer=sanitizer, adversarial=adversarial, partitions=20 if adversarial else None,
+              **({"p": 0.0} if adversarial else {}))  # (a private adversarial run refuses p > 0: test_config)
     a = make_ctx(tmp_path / "a", digits28, **kw)
     dp_sinkhorn.train(a)
     b = make_ctx(tmp_path / "b", digits28, **kw)
@@ -214,7 +215,7 @@ def test_adversarial_variant_accounts_fixed_size_sampling(digits28, tmp_path):
     from dpsynth.privacy import accounting as acc
 
     ctx = make_ctx(tmp_path / "m", digits28, privacy={"epsilon": 10, "delta": 1e-5, "sigma": 1.1},
-                   steps=5, batch_size=10, lr=1e-3, adversarial=True, partitions=50)
+                   steps=5, batch_size=10, lr=1e-3, adversarial=True, partitions=50, p=0.0)
     summary = dp_sinkhorn.train(ctx)
     rep = json.loads(ctx.privacy_path.read_text())
     assert rep["sampling"] == "without_replacement" and rep["q"] == pytest.approx(1 / 50)

@@ -79,6 +79,13 @@ class DPSinkhornHparams(_SinkhornSolver):
     def private_run_problem(self) -> str | None:
         if self.sanitizer == "none":
             return "a private DP-Sinkhorn run needs a sanitizer (image or param), not 'none'"
+        if self.adversarial and self.sanitizer == "image" and self.p > 0:
+            # The image sanitizer noises the n real-matched rows only; the n' extra rows are clipped, not noised,
+            # which is sound when their gradient never meets real data. In the adversarial variant it passes
+            # through phi_j, trained without noise on partition j: a function of private records, released.
+            return (f"hparams.p {self.p:g}: the adversarial variant needs p 0 with the image sanitizer (the n' extra "
+                    "images' gradient passes through critics trained on clean partitions and is released without "
+                    "noise); set p: 0, or sanitizer: param")
         return None
 
     @model_validator(mode="after")

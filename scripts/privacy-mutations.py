@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation check of the privacy tests: apply each mutation to the source, run
-tests/test_privacy_wiring.py (without its slow canary audit), the DP-Sinkhorn secret-noise test and the batched
-sweep's member-equals-its-run test, report
+tests/test_privacy_wiring.py (without its slow canary audit), the DP-Sinkhorn secret-noise test, the batched
+sweep's member-equals-its-run and exhausted-member tests and the Laplace privatize stage's secret-generator test, report
 which test caught it, restore the source. A privacy test that no mutation fails proves nothing; a mutation
 that no test catches is a hole.
 
@@ -83,6 +83,13 @@ M = [
   "src/dpsynth/methods/dp_cgan.py",
   "d_grad = self.sanitizer.release(real_rows) + self.sanitizer.clip_mean(fake_rows)",
   "d_grad = (self.sanitizer.release(real_rows), real_rows.sum(dim=0) / b)[1] + self.sanitizer.clip_mean(fake_rows)"),
+ ("batched sweep: only member 0's guard charged before the step", "src/dpsynth/methods/dp_sinkhorn/sweep.py",
+  "        for guard in self.guards:\n            if guard is not None:\n                guard.step()\n        losses, _ = self()",
+  "        for guard in self.guards[:1]:\n            if guard is not None:\n                guard.step()\n        losses, _ = self()"),
+ ("local Laplace privatize ignores the secret generator the stage hands it (a fixed seed)",
+  "src/dpsynth/privacy/local_mechanisms.py",
+  "return laplace_mechanism(x, radius, epsilon, rng, dct_image_shape=dct_image_shape, dct_quantile=dct_quantile)",
+  "return laplace_mechanism(x, radius, epsilon, 0, dct_image_shape=dct_image_shape, dct_quantile=dct_quantile)"),
 ]
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -113,7 +120,9 @@ for i, (name, f, old, new) in enumerate(M):
     try:
         r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py', '-k', 'not canary',
                             'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
-                            'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run'],
+                            'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
+                            'tests/test_batched_sweep.py::test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves',
+                            'tests/test_privatize.py::test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it'],
                            cwd=R, capture_output=True, text=True, timeout=600)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
         print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)

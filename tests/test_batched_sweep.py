@@ -218,3 +218,24 @@ def test_the_loop_charges_each_packed_members_guard_before_the_step():
               epsilons=lambda: [], guards=guards, save=lambda at: None)
     for b, p in zip(before, sweep.member_params):
         assert all(torch.equal(v, p[k]) for k, v in b.items())
+
+
+@pytest.mark.parametrize("mode", ["vmap", "loop"])
+def test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves(mode):
+    """BatchedSweep.step charges EVERY member's guard before the step: member 0 (sigma 5) has budget for
+    hundreds of steps, member 1 (sigma 0.5) for none at epsilon 1, so the step refuses (PrivacyError) and no
+    member's weights, nor member 0's, move. (Charging member 0's guard alone -- scripts/privacy-mutations.py -- would let member 1
+    step past its target.)"""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(300, 2, generator=g, dtype=torch.float64), torch.zeros(300, dtype=torch.int64)
+    shared = _shared(arch=MLP, n=20, n_extra=4, q=20 / 300, target_epsilon=1.0)
+    alone = BatchedSweep(shared, [SweepMember(seed=0, sigma=5.0)], x, y, forward_mode=mode)
+    alone.step()  # member 0 by itself may step: the refusal below is member 1's
+    sweep = BatchedSweep(shared, [SweepMember(seed=0, sigma=5.0), SweepMember(seed=1, sigma=0.5)], x, y,
+                         forward_mode=mode)
+    before = [{k: v.detach().clone() for k, v in p.items()} for p in sweep.member_params]
+    with pytest.raises(PrivacyError, match="budget"):
+        sweep.step()
+    for b, p in zip(before, sweep.member_params):
+        assert all(torch.equal(v, p[k]) for k, v in b.items())
+    assert sweep.steps == 0

@@ -198,3 +198,39 @@ def test_default_secret_noise_differs_between_runs_and_no_seed_is_released(data_
 
 def json_text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
+
+
+def test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it(
+        data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Laplace path at the stage level (the Gaussian one: the secret-noise test above): the privatize stage
+    draws a fresh secret generator (NoiseSource.numpy_rng), and the released records are the projection plus
+    exactly the Laplace draws of THAT generator -- replayed from a copy of its state taken when it was handed
+    over. A mechanism that ignored it (an int seed, a generator of its own) would release other noise, which
+    anyone could regenerate from the code."""
+    import copy
+
+    from dpsynth.privacy.randomness import NoiseSource
+
+    handed: list[np.random.Generator] = []
+    original = NoiseSource.numpy_rng
+
+    def spy(self: NoiseSource, stream: int) -> np.random.Generator:
+        rng = original(self, stream)
+        handed.append(copy.deepcopy(rng))  # its state before any draw
+        return rng
+
+    monkeypatch.setattr(NoiseSource, "numpy_rng", spy)
+    lap = {"method": "entropic_wgan", "dataset": "manifold2d_half_circle",
+           "local": {"mechanism": "laplace", "epsilon": 5.0, "radius": 1.0},
+           "hparams": {"generator": "mlp", "loss": "entropic"}}
+    params = _params(data_root, {"lap_secret": lap}, noise="secret")
+    rep = privatize(params, "lap_secret")
+    assert rep["mechanism"] == "laplace" and rep["noise"]["mode"] == "secret" and len(handed) == 1
+    npz, _ = privatized_paths(data_root, "lap_secret")
+    released = load_processed(npz).x_train.astype(np.float64)
+    clean = to_records(load_processed(data_root / "processed" / "manifold2d_half_circle.npz").x_train)
+    proj = project_l1_ball(clean.astype(np.float64), 1.0)
+    replay = handed[0].laplace(0.0, rep["noise_scale"], size=proj.shape)
+    assert np.allclose(released - proj, replay, rtol=0, atol=1e-5)  # float32 records
+    assert not np.allclose(released - proj, np.random.default_rng(0).laplace(0.0, rep["noise_scale"], size=proj.shape),
+                           rtol=0, atol=1e-2)

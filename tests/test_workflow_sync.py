@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from dpsynth.workflow.code_deps import privatize_code_deps
 from tests.conftest import REPO, require, venv_bin
 from tests.pipelines import SMOKE_EXPERIMENTS, copy_workflow, env, run
 
@@ -492,6 +493,41 @@ _STAGE_CLI = {"settings": "workflow", "prepare_data": "data", "privatize": "priv
               "w2_noise": "w2noise", "report": "report"}
 
 
+def test_privatize_depends_on_what_can_change_its_output_and_nothing_else():
+    """Each re-run of privatize draws fresh noise: a second release of every record (issue 58). So its DVC
+    stage depends on the code that reads, selects, maps, noises and writes the records -- and not on the CLI,
+    the settings files, the fingerprint or the central mechanisms, whose edits re-ran it before."""
+    import inspect
+
+    from dpsynth.config.run import RunSpec
+    from dpsynth.data.dataset import load_processed
+    from dpsynth.io import write_npz
+    from dpsynth.methods.entropic_wgan.loss import to_records
+    from dpsynth.privacy import mechanisms
+    from dpsynth.privacy.local import gaussian_mechanism, laplace_mechanism
+    from dpsynth.privacy.local_mechanisms import LocalGaussian
+    from dpsynth.privacy.randomness import NoiseSource
+    from dpsynth.stages.privatize import privatize
+
+    deps = set(privatize_code_deps())
+    for obj in (privatize, RunSpec, load_processed, to_records, mechanisms.local, LocalGaussian, gaussian_mechanism,
+                laplace_mechanism, NoiseSource, write_npz):
+        assert str(Path(inspect.getfile(obj)).relative_to(REPO)) in deps, obj
+    for other in ("src/dpsynth/cli/privatize.py", "src/dpsynth/cli/__init__.py", "src/dpsynth/workflow/settings.py",
+                  "src/dpsynth/fingerprint.py", "src/dpsynth/privacy/central_mechanisms.py",
+                  "src/dpsynth/privacy/releases.py", "src/dpsynth/stages/common.py"):
+        assert other not in deps, other
+    # and it is what the generator writes into every privatize group of dvc.yaml (not only the committed file)
+    from dpsynth.config import load_params
+    from dpsynth.workflow.dvc import render
+
+    stages = yaml.safe_load(render(load_params(REPO / "params.yaml")))["stages"]
+    groups = {k: v.get("do", v) for k, v in stages.items() if k.startswith("privatize")}
+    assert groups
+    for name, stage in groups.items():
+        assert {d for d in stage["deps"] if d.startswith("src/")} == deps, name
+
+
 def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
     """Each stage's `src/` deps cover every dpsynth file its CLI module imports (where it loads a
     trainer through the method registry, the whole methods package counts), so a code change re-runs DVC's stages;
@@ -505,6 +541,9 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
         code = [d for d in deps if d.startswith("src/")]
         covered = {str(f.relative_to(REPO)) for d in code for f in
                    ([REPO / d] if (REPO / d).is_file() else (REPO / d).rglob("*.py"))}
+        if rule == "privatize":  # what can change its output, not every import: a re-run is a new release
+            assert covered == set(privatize_code_deps()), name
+            continue
         need = set(imported_code(f"dpsynth.cli.{_STAGE_CLI[rule]}"))
         if any(".load_trainer()" in (REPO / f).read_text() for f in need):
             # the method registry imports each method's trainer by name: all of methods/ counts

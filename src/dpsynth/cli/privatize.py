@@ -12,7 +12,7 @@ from dpsynth.stages.privatize import run_privatize
 def _handle(args: argparse.Namespace) -> int:
     params = params_from_args(args)
     assert params is not None
-    return run_privatize(params, args.experiment, params_path(args), as_json=args.json)
+    return run_privatize(params, args.experiment, params_path(args), as_json=args.json, private_out=args.private_out)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,4 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("experiment")
     add_params_arg(p)
     add_json_arg(p)
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private root: its release ledger (ledger/releases.jsonl) records every privatization "
+                        "(default: private)")
     p.set_defaults(func=_handle)

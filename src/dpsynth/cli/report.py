@@ -12,7 +12,8 @@ from dpsynth.stages.report import run_report
 def _report(args: argparse.Namespace) -> int:
     params = params_from_args(args)
     assert params is not None
-    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures)
+    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures,
+                      private_out=args.private_out)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,4 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output folder, replaced as a whole (default: RESULTS/tables)")
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="output folder, replaced as a whole (default: RESULTS/figures)")
+    p.add_argument("--private-out", default="private", metavar="DIR",
+                   help="private root whose release ledger (ledger/releases.jsonl) the privacy ledger composes: "
+                        "every release ever made, beside the current ones (default: private)")
     p.set_defaults(func=_report)

@@ -113,6 +113,13 @@ class EvaluationSettings(Strict):
     fid_download_timeout: float = Field(default=120.0, gt=0)
 
 
+class TotalBudget(Strict):
+    """One dataset's total budget over every release ever made from it (``Params.total_budgets``)."""
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, ge=0, lt=1)
+
+
 class Params(Strict):
     scale: ScaleName = "quick"
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
@@ -131,6 +138,21 @@ class Params(Strict):
                                                "sweep the pipeline runs on it (results/w2_noise/<dataset>.csv)")
     sweeps: dict[Name, Sweep] = {}
     tables: dict[Name, Table] = {}
+    total_budgets: dict[Name, TotalBudget] | None = Field(
+        default=None, description="dataset -> the (epsilon, delta) every release ever made from it may spend "
+        "together (privacy.releases: the release ledger under the private folder); a release past it is refused "
+        "before any noise is drawn. Unset: no total budget")
+
+    @field_validator("total_budgets")
+    @classmethod
+    def _budgeted_datasets(cls, v: dict[str, TotalBudget] | None) -> dict[str, TotalBudget] | None:
+        """A misspelt dataset would leave the real one without its budget: refuse it."""
+        from dpsynth.data.registry import DATASETS, unknown_dataset_message
+
+        for name in v or {}:
+            if name not in DATASETS:
+                raise ValueError(f"{name}: {unknown_dataset_message(name)}")
+        return v
 
     @field_validator("seeds")
     @classmethod

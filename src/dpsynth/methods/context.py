@@ -25,6 +25,7 @@ and each explicit ``torch.Generator``) besides the model/optimizer state and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,10 @@ class TrainContext:
     # privatized ones. Only a method that reads clean data BY DESIGN opens it -- the wavelet baseline of
     # Reshetova et al. tunes its denoiser on it and labels itself approximately private; no other does.
     processed_path: Path | None = None
+    # Called by the loop before the first step of a run that will release (not for one already done): the
+    # train stage's check of the dataset's total budget over every release ever made (privacy.releases),
+    # so a release past it is refused before any noise is drawn. None: no total budget.
+    before_release: Callable[[], None] | None = None
 
     @property
     def generator_path(self) -> Path:

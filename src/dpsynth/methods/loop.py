@@ -176,6 +176,8 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
         together = state.get(TOGETHER_KEY)
         if together:
             extra[TOGETHER_KEY] = together
+    if ctx.before_release is not None:
+        ctx.before_release()  # the total budget over every release ever made: refused before any step or noise
     run.resume()
     eps_now = epsilon_spent or run.epsilon_spent
     log = run.log
@@ -214,6 +216,10 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
         save(step)
     rel = stepper.release(step)
     rel.report.noise = ctx.noise.describe(noised=rel.report.noised)
+    if rel.report.extra.get("approximately_private"):  # secret noise, but a step read clean records: not private
+        from dpsynth.privacy.randomness import APPROXIMATE_LABEL
+
+        rel.report.noise = {**rel.report.noise, "private": False, "label": APPROXIMATE_LABEL}
     save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)
     write_public_log(log.snapshot(), ctx.public_log_path, fields=rel.public_fields)
     rel.report.write(ctx.privacy_path)

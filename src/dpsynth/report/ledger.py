@@ -26,6 +26,7 @@ import pandas as pd
 from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
+from dpsynth.privacy.releases import Release, compose, sha256_of
 from dpsynth.privacy.verify import central_rdp, neighbours
 from dpsynth.report.runs import Run, fmt_number, read_run
 
@@ -42,16 +43,46 @@ def _runs(results: Path) -> list[Run]:
     return out
 
 
-def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataFrame, list[str]]:
+def _ever_made(dataset: str, ever: list[Release], damaged: list[int]) -> list[dict[str, str]]:
+    """The release ledger's rows for ``dataset``: each release whose file no longer holds it (replaced by a
+    re-run, or removed: it lives on wherever it was copied or pushed), then every release ever made, composed."""
+    mine = [r for r in ever if r.dataset == dataset]
+    rows = []
+    for r in mine:
+        path = Path(r.output)
+        if path.is_file() and sha256_of(path) == r.sha256:
+            continue  # current: the file still holds it
+        rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} (replaced or removed; "
+                     f"sha256 {r.sha256[:12]})", "Mechanism": r.mechanism, "Neighbours": r.neighbours,
+                     "ε (headline)": fmt_number(r.epsilon, 2), "δ": f"{r.delta:g}",
+                     "Noise": r.note or "secret"})
+    total = compose(mine, len(damaged))
+    rows.append({"Dataset": dataset, "Released model": f"EVER MADE {total.count} (composed, release ledger)",
+                 "Mechanism": total.how, "Neighbours": ", ".join(sorted({r.neighbours for r in mine})),
+                 "ε (headline)": "∞" if math.isinf(total.epsilon) else fmt_number(total.epsilon, 2),
+                 "δ": "n/a" if math.isinf(total.epsilon) else f"{total.delta:g}", "Noise": "-"})
+    return rows
+
+
+def build_ledger(results: Path, runs: list[Run] | None = None,
+                 ever: tuple[list[Release], list[int]] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per released run and one 'all of them' row per dataset; plus notes.
 
     ``runs``: the report's runs, already read and validated (``RunStore.load_all``), so the ledger
-    composes exactly what the tables print; by default every ``results/runs/*/metrics.json``."""
+    composes exactly what the tables print; by default every ``results/runs/*/metrics.json``.
+    ``ever``: the release ledger (``privacy.releases.read``): then each dataset also gets the releases that
+    no current file holds and the composition of every release ever made from it, beside the current one."""
     by_dataset: dict[str, list[Run]] = {}
     for run in (runs if runs is not None else _runs(results)):
         by_dataset.setdefault(str(run.metrics.get("dataset") or "unknown"), []).append(run)
+    ever_releases, damaged = ever if ever is not None else ([], [])
+    for r in ever_releases:
+        by_dataset.setdefault(r.dataset, [])
     records: list[dict[str, str]] = []
     for dataset, runs in sorted(by_dataset.items()):
+        if not runs:  # releases in the ledger, no evaluated run now
+            records.extend(_ever_made(dataset, ever_releases, damaged))
+            continue
         rdp_total = np.zeros(len(acc.CLASSIC_ORDERS))
         deltas, local_eps, local_delta, infinite, relations = [], 0.0, 0.0, [], set()
         for run in runs:
@@ -92,6 +123,8 @@ def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataF
         records.append({"Dataset": dataset, "Released model": f"ALL {len(runs)} (composed)", "Mechanism": why,
                         "Neighbours": ", ".join(sorted(relations)), "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
                         "Noise": "-"})
+        if ever is not None:
+            records.extend(_ever_made(dataset, ever_releases, damaged))
     if not records:
         records.append({"Dataset": "none", "Released model": "no evaluated run yet", "Mechanism": "n/a",
                         "Neighbours": "n/a", "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})
@@ -106,4 +139,9 @@ def build_ledger(results: Path, runs: list[Run] | None = None) -> tuple[pd.DataF
         "Poisson-sampled training, replace one for DP-MERF's single release and fixed-size batches); the "
         "composed row lists every relation among its runs, each run's guarantee holding for its own.",
     ]
+    if ever is not None:
+        notes.append("EVER MADE: every release the release ledger (private/ledger/releases.jsonl) records for the "
+                     "dataset -- privatizations, trained models, re-runs included -- composed the same way; a release "
+                     "a re-run replaced still exists wherever it was copied or pushed, so it still counts"
+                     + (f"; damaged ledger lines {damaged} count as releases without a guarantee" if damaged else ""))
     return pd.DataFrame.from_records(records), notes

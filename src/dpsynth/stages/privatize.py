@@ -23,8 +23,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsynth.errors import ConfigError
+from dpsynth.errors import ConfigError, DpsynthError, PrivacyError
 from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment
+
+#: The private root whose release ledger a privatization is recorded in (the pipeline's layout).
+DEFAULT_PRIVATE = "private"
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -34,9 +37,13 @@ def privatized_paths(root: Path, experiment: str) -> tuple[Path, Path]:
     return root / "privatized" / f"{experiment}.npz", root / "privatized" / f"{experiment}.json"
 
 
-def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> dict[str, Any]:
+def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS,
+              private_out: str | Path | None = None) -> dict[str, Any]:
     """Privatize one experiment's training records; return the report that was written.
-    ``source`` names the parameters file in the error for an unknown experiment."""
+    ``source`` names the parameters file in the error for an unknown experiment; ``private_out`` is the
+    private root whose release ledger records the release (``privacy.releases``; the CLI's --private-out,
+    default ``private``). None: the private folder beside the data root -- ``private`` for the pipeline's
+    ``data``, the same place -- so a library caller with its own data root keeps its own ledger."""
     import numpy as np
 
     from dpsynth import __version__
@@ -45,7 +52,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     from dpsynth.io import write_json, write_npz
     from dpsynth.config import EntropicWGANHparams
     from dpsynth.methods.entropic_wgan import loss_spec_for, to_records
-    from dpsynth.privacy import mechanisms
+    from dpsynth.privacy import mechanisms, releases
     from dpsynth.privacy.randomness import NoiseSource
 
     exp = get_experiment(params, experiment, source)
@@ -57,6 +64,11 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
         loss_spec_for(exp, record_shape)  # a mechanism/loss mismatch fails here, before any work
     root = Path(params.data.root)
     src = root / "processed" / f"{exp.dataset}.npz"
+    npz_path, json_path = privatized_paths(root, experiment)
+    ledger = releases.ledger_path(Path(params.data.root).parent / DEFAULT_PRIVATE if private_out is None
+                                  else private_out)
+    announce_release(params, experiment, exp.dataset, npz_path, json_path, ledger,
+                     adds=(local.epsilon, float(local.delta or 0.0)))
     data = load_processed(src)
     labels = data.y_train
     kept = None
@@ -93,21 +105,79 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
                 "is what the paper's sensitivity R would claim for the same noise",
         "dpsynth_version": __version__,
     }
-    npz_path, json_path = privatized_paths(root, experiment)
+    if rep.epsilon > local.epsilon * (1 + 1e-9) or rep.delta > float(local.delta or 0.0) * (1 + 1e-9):
+        raise PrivacyError(f"experiments.{experiment}.local: the mechanism reports epsilon {rep.epsilon:.6g}, delta "
+                           f"{rep.delta:.3g}, past the configured ({local.epsilon}, {local.delta}) the budget was "
+                           "checked for; nothing was written")
     json_path.unlink(missing_ok=True)
     d = y.shape[1]
     write_npz(npz_path, x_train=y.astype(np.float32), y_train=labels.astype(np.int64),
               x_test=np.zeros((0, d), np.float32), y_test=np.zeros((0,), np.int64),
               num_classes=np.int64(data.num_classes))
     write_json(json_path, report)
+    releases.append(ledger, _entry(report, npz_path, experiment, exp.dataset))
     return report
 
 
-def run_privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS, as_json: bool = False) -> int:
+def _entry(report: dict[str, Any], npz_path: Path, experiment: str, dataset: str) -> Any:
+    """The ledger's entry for a privatization whose report is ``report`` (written to ``npz_path``'s json)."""
+    import math
+
+    from dpsynth.privacy import releases
+    from dpsynth.privacy.mechanism_base import LOCAL
+
+    private = bool((report.get("noise") or {}).get("private", False))
+    return releases.Release(dataset=dataset, stage="privatize", name=experiment, mechanism=str(report["mechanism"]),
+                            epsilon=float(report["epsilon"]) if private else math.inf,
+                            delta=float(report.get("delta") or 0.0), neighbours=LOCAL, output=str(npz_path),
+                            sha256=releases.sha256_of(npz_path),
+                            note="" if private else "reproducible noise: not private")
+
+
+def announce_release(params: Params, experiment: str, dataset: str, npz_path: Path, json_path: Path, ledger: Path,
+                     adds: tuple[float, float]) -> None:
+    """Before the records are read and any noise drawn: record a privatized copy on disk that the ledger
+    lacks (an earlier version's, or one whose writer died before appending), say in one line that this
+    run is a new release over an earlier one, and refuse it if it would pass the dataset's total budget."""
+    import math
+    import sys
+
+    from dpsynth.io import read_json
+    from dpsynth.privacy import releases
+
+    known, damaged = releases.read(ledger)
+    if npz_path.is_file() and json_path.is_file():
+        digest = releases.sha256_of(npz_path)
+        if not any(r.output == str(npz_path) and r.sha256 == digest for r in known):
+            try:
+                entry = _entry(read_json(json_path), npz_path, experiment, dataset)
+            except (DpsynthError, KeyError, TypeError, ValueError):
+                entry = releases.Release(dataset, "privatize", experiment, "unknown", math.inf, 0.0, "unknown",
+                                         str(npz_path), digest, note=f"found on disk; {json_path} unreadable")
+            entry.note = (entry.note + "; " if entry.note else "") + "found on disk, not yet in the ledger"
+            releases.append(ledger, entry)
+            known.append(entry)
+    earlier = [r for r in known if r.stage == "privatize" and r.name == experiment]
+    if earlier:
+        print(f"dpsynth: privatize {experiment}: {len(earlier)} earlier release(s) of {dataset}'s records by this "
+              f"experiment, the last {earlier[-1].time} ({earlier[-1].output}, sha256 {earlier[-1].sha256[:12]}); "
+              f"this run draws fresh noise -- a NEW release of every record, composed with the earlier one(s) in "
+              f"{ledger}", file=sys.stderr)
+    budget = (params.total_budgets or {}).get(dataset)
+    if budget is not None:
+        adds = (math.inf, adds[1]) if params.privacy_noise == "reproducible" else adds
+        releases.check_budget(dataset, budget, known, len(damaged), adds, f"privatize {experiment}")
+
+
+def run_privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS, as_json: bool = False,
+                  private_out: str = DEFAULT_PRIVATE) -> int:
     """The stage: privatize ``experiment`` with torch's threads pinned, say what was written where
     (``as_json``: the report's headline as JSON)."""
+    from dpsynth.locations import check_writable_dir
+
+    check_writable_dir(private_out, "--private-out")  # the ledger must be writable before any noise is drawn
     prepare_cpu(params)
-    report = privatize(params, experiment, source)
+    report = privatize(params, experiment, source, private_out)
     keys = ("experiment", "mechanism", "epsilon", "epsilon_paper_convention", "delta", "radius",
             "noise_scale", "num_records", "dim")
     npz_path, json_path = privatized_paths(Path(params.data.root), experiment)

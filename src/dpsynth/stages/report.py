@@ -40,7 +40,7 @@ def _check_replaceable(folder: Path, flag: str) -> None:
 
 
 def run_report(params: Params, *, results: str = "results", models: str = "models", tables: str | None = None,
-               figures: str | None = None) -> int:
+               figures: str | None = None, private_out: str = "private") -> int:
     """Build every table and figure from RESULTS' metrics.json files into ``tables`` and ``figures``
     (default: RESULTS/tables and RESULTS/figures), each folder replaced as a whole; ``models`` holds
     the runs' training logs (the training curves)."""
@@ -66,7 +66,10 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     configured = {name: (exp.dataset, exp.method) for name, exp in params.all_experiments().items()}
     store = RunStore.load_all(results_dir, configured)  # every metrics.json verified and validated, or nothing
     built = build_tables(params, results_dir, store)  # every table validated before anything is written
-    frame, notes = build_ledger(results_dir, store.runs())
+    from dpsynth.privacy.releases import ledger_path, read
+
+    # every release ever made (the release ledger under the private root), beside the current runs
+    frame, notes = build_ledger(results_dir, store.runs(), ever=read(ledger_path(private_out)))
     built[LEDGER] = BuiltTable(LEDGER, "Privacy ledger: every released model per dataset, composed",
                                "ours (no paper counterpart)", frame, notes, ours=len(frame))
     with contextlib.ExitStack() as stack:

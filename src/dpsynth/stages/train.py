@@ -87,6 +87,7 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
         max_steps_this_run=max_steps_this_run,
         processed_path=(Path(params.data.root) / "processed" / f"{run.experiment.dataset}.npz"
                         if run.experiment.local is not None else None),
+        before_release=budget_check(params, run, experiment, private_out),
     )
 
 
@@ -111,8 +112,63 @@ def run_train(experiment: str, *, out: str | None, private_out: str | None, para
     trainer = ctx.experiment.spec.load_trainer()
     with RunLock(ctx.private_dir, f"experiment {ctx.name}"):
         summary = _run_locked(ctx, trainer)
+        if summary["finished"] and not summary["already_done"]:
+            record_release(ctx, private_out)
     finish(train_message(ctx, summary), summary, as_json)
     return 0
+
+
+def budget_check(params: Any, run: Any, experiment: str, private_out: str) -> Any:
+    """The run's check of its dataset's total budget (``total_budgets``), for the loop to call before the
+    first step (``TrainContext.before_release``); None without a budget, or for a local-DP run, whose
+    training is post-processing of the privatized records (the privatize stage checked and recorded it)."""
+    import math
+
+    from dpsynth.privacy import releases
+
+    dataset = run.experiment.dataset
+    budget = (params.total_budgets or {}).get(dataset)
+    if budget is None or run.experiment.local is not None:
+        return None
+    plan = run.privacy
+    no_guarantee = plan.mode == "non_private" or params.privacy_noise == "reproducible"
+    adds = (math.inf, 0.0) if no_guarantee else (float(plan.epsilon), float(plan.delta or 0.0))
+    ledger = releases.ledger_path(private_out)
+
+    def check() -> None:
+        known, damaged = releases.read(ledger)
+        releases.check_budget(dataset, budget, known, len(damaged), adds, f"train {experiment}")
+
+    return check
+
+
+def record_release(ctx: TrainContext, private_out: str) -> None:
+    """Append the run's release to the release ledger (``privacy.releases``): a central-DP model with its RDP
+    curve, or one without a guarantee (non-private, replayable noise, only approximately private) as
+    infinite. A model trained on privatized records alone is post-processing of the privatize stage's
+    release, which the ledger already holds: nothing to add."""
+    import math
+
+    from dpsynth.io import read_json
+    from dpsynth.privacy import releases
+    from dpsynth.privacy.randomness import is_reproducible
+    from dpsynth.privacy.verify import central_rdp, neighbours
+
+    report = read_json(ctx.privacy_path)
+    rdp = central_rdp(report, str(ctx.privacy_path))
+    head = report.get("headline")
+    eps = float((report.get("epsilon") or {}).get(head, math.inf)) if head else math.inf
+    approx = bool((report.get("extra") or {}).get("approximately_private"))
+    free = is_reproducible(report) or approx or math.isinf(eps)
+    if ctx.experiment.local is not None and not free:
+        return
+    note = ("reproducible noise: not private" if is_reproducible(report) else
+            "only approximately private" if approx else "no guarantee" if math.isinf(eps) else "")
+    releases.append(releases.ledger_path(private_out), releases.Release(
+        dataset=ctx.experiment.dataset, stage="train", name=ctx.name, mechanism=str(report.get("mechanism")),
+        epsilon=math.inf if free else eps, delta=float(report.get("delta") or 0.0), neighbours=neighbours(report),
+        output=str(ctx.generator_path), sha256=releases.sha256_of(ctx.generator_path),
+        rdp=None if free or rdp is None else [float(v) for v in rdp], note=note))
 
 
 def train_message(ctx: TrainContext, summary: dict) -> str:

@@ -92,3 +92,24 @@ def code_deps(modules: Iterable[str]) -> list[str]:
 
     cover(PACKAGE_DIR)
     return sorted(out)
+
+
+#: What can change the privatize stage's output -- and so what its DVC stage depends on (issue 58): every
+#: re-run is a new local-DP release of every record, so it must re-run when the records, the mechanism or
+#: its parameters, or the code that draws the noise change, and for nothing else. Walked transitively: the
+#: local mechanisms, their registry and the secret randomness.
+PRIVATIZE_NOISE_MODULES = ("dpsynth.privacy.local_mechanisms", "dpsynth.privacy.local", "dpsynth.privacy.randomness")
+#: Taken alone (their imports reach the whole training stack, which cannot change these records): the stage
+#: itself, which records it reads (the run's first n: ``config.run``), how they are read, mapped to the record
+#: space and written, and the registry lookup that picks the mechanism.
+PRIVATIZE_FILES = ("dpsynth.stages.privatize", "dpsynth.config.run", "dpsynth.data.dataset",
+                   "dpsynth.methods.entropic_wgan.loss", "dpsynth.io", "dpsynth.privacy.mechanisms")
+
+
+def privatize_code_deps() -> list[str]:
+    """The privatize stage's code dependencies (``PRIVATIZE_NOISE_MODULES`` walked, ``PRIVATIZE_FILES``
+    alone), repository-relative, sorted: not every module its command imports (the CLI, the settings
+    files, the central mechanisms ...), whose edits would otherwise re-run it -- a second release."""
+    files = imported_files(PRIVATIZE_NOISE_MODULES)
+    files |= {f for f in (module_file(m) for m in PRIVATIZE_FILES) if f is not None}
+    return sorted(f.relative_to(SOURCE_ROOT.parent).as_posix() for f in files)

@@ -30,7 +30,7 @@ from dpsynth.config import Params, cell_suffix
 from dpsynth.config.experiment import SWEEP_KEYS
 from dpsynth.errors import ConfigError
 from dpsynth.paths import release_rule
-from dpsynth.workflow.code_deps import code_deps, trainer_modules
+from dpsynth.workflow.code_deps import code_deps, privatize_code_deps, trainer_modules
 from dpsynth.workflow.settings import SETTINGS_DIR, settings_path
 
 HEADER = """\
@@ -60,6 +60,8 @@ UNCACHED = {"cache": False}
 @cache
 def _code_deps_of(kind: str) -> tuple[str, ...]:
     """One import walk per stage kind, however many groups share it."""
+    if kind == "privatize":  # what can change its output, not every import: each re-run is a new release
+        return tuple(privatize_code_deps())
     modules = ["dpsynth.cli", f"dpsynth.cli.{CLI_MODULE[kind]}"]
     if kind in ("train", "warmstart"):
         modules += trainer_modules()  # loaded by name through the method registry

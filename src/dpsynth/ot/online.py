@@ -39,7 +39,8 @@ from torch import Tensor
 
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
-from dpsynth.ot.sinkhorn import DEFAULT_N_ITER, DEFAULT_SCALING, check_solver_args, eps_schedule, sinkhorn_loop
+from dpsynth.ot.sinkhorn import (DEFAULT_N_ITER, DEFAULT_SCALING, check_solver_args, eps_schedule, exp_floored,
+                                 logsumexp_floored, sinkhorn_loop)
 
 __all__ = [
     "DEFAULT_BLOCK_ENTRIES",
@@ -99,7 +100,7 @@ def _max_cost(x: Tensor, y: Tensor, cost: GroundCost, block: int) -> Tensor:
 @torch.no_grad()
 def _softmin_rows(x: Tensor, y: Tensor, h: Tensor, e: Tensor | float, cost: GroundCost, block: int) -> Tensor:
     """``-e log sum_j exp(h_j - C(x_i, y_j) / e)`` for every i, x in row blocks."""
-    return torch.cat([-e * torch.logsumexp(h[None, :] - cost(x[s], y) / e, dim=1)
+    return torch.cat([-e * logsumexp_floored(h[None, :] - cost(x[s], y) / e, dim=1)
                       for s in _blocks(x.shape[0], block)])
 
 
@@ -107,7 +108,7 @@ def _softmin_rows(x: Tensor, y: Tensor, h: Tensor, e: Tensor | float, cost: Grou
 def _softmin_cols(x: Tensor, y: Tensor, h: Tensor, e: Tensor | float, cost: GroundCost, block: int) -> Tensor:
     """``-e log sum_i exp(h_i - C(x_i, y_j) / e)`` for every j, y in blocks (``cost(x, y)``, not
     ``cost(y, x)``: no symmetry is assumed)."""
-    return torch.cat([-e * torch.logsumexp(h[:, None] - cost(x, y[s]) / e, dim=0)
+    return torch.cat([-e * logsumexp_floored(h[:, None] - cost(x, y[s]) / e, dim=0)
                       for s in _blocks(y.shape[0], block)])
 
 
@@ -157,7 +158,7 @@ def online_entropic_loss(x: Tensor, y: Tensor, eps: float, *, cost: GroundCost |
         with torch.enable_grad() if need else torch.no_grad():
             xb = xd[s].clone().requires_grad_(True) if need else xd[s]
             cb = cost(xb, yd)
-            plan = torch.exp(log_ab + (f[s, None] + g[None, :] - cb.detach()) / eps)
+            plan = exp_floored(log_ab + (f[s, None] + g[None, :] - cb.detach()) / eps)
             v = (plan * cb).sum()
             if grad is not None:
                 (grad[s],) = torch.autograd.grad(v, xb)
@@ -185,10 +186,10 @@ def _ot_eps(x: Tensor, y: Tensor, eps: float, cost: GroundCost, n_iter: int, sca
         with torch.enable_grad() if need else torch.no_grad():
             xb = xd[s].clone().requires_grad_(True) if need else xd[s]
             cb = cost(xb, yl)
-            fb = -eps * torch.logsumexp(h[None, :] - cb.detach() / eps, dim=1)
+            fb = -eps * logsumexp_floored(h[None, :] - cb.detach() / eps, dim=1)
             if grad is not None:
                 # d<a, f>/dC_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) = P_ij (f from this g)
-                plan = torch.exp(-math.log(n) + log_b + (fb[:, None] + g[None, :] - cb.detach()) / eps)
+                plan = exp_floored(-math.log(n) + log_b + (fb[:, None] + g[None, :] - cb.detach()) / eps)
                 v = (plan * cb).sum()
                 if grad_y is not None:
                     grad[s], gy = torch.autograd.grad(v, (xb, yl))

@@ -187,17 +187,20 @@ def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
         fn = online_entropic_loss if spec.loss == "entropic" else online_sinkhorn_divergence
         return fn(x, y, spec.temperature, cost=cost, n_iter=n_iter, scaling=scaling,
                   block=max(1, DENSE_MAX_ENTRIES // max(x.shape[0], y.shape[0])))
+    # On the CPU the solves reuse their kernel between iterations (``CachedKernelSoftmin``: the same
+    # iterations, ~3.4x faster at 200 x 200; its host reads would stall a GPU stream).
+    cache = x.device.type == "cpu"
     if spec.loss == "sinkhorn_divergence":
         # S = W(x, y) - W(x, x)/2 - W(y, y)/2; the data-data term has no generator gradient, so it
         # is dropped (saves a third of the solves; the gradient is that of S).
         kw: dict[str, Any] = {"eps": spec.temperature, "cost": cost, "n_iter": n_iter,
-                              "scaling": scaling, "validate": False}
+                              "scaling": scaling, "validate": False, "cache_kernel": cache}
         return entropic_ot(x, y, **kw) - 0.5 * entropic_ot(x, x, **kw)
     c = cost(x, y)
     a = torch.full((x.shape[0],), 1.0 / x.shape[0], dtype=c.dtype, device=c.device)
     b = torch.full((y.shape[0],), 1.0 / y.shape[0], dtype=c.dtype, device=c.device)
     if spec.loss == "entropic":
-        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=n_iter, scaling=scaling)
+        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=n_iter, scaling=scaling, cache_kernel=cache)
         plan = transport_plan(c.detach(), a, b, f, g, spec.temperature)
     else:
         import ot  # POT: exact network-simplex solver

@@ -120,6 +120,7 @@ def test_the_method_trains_end_to_end_through_the_one_loop(tmp_path: Path, digit
     assert summary["finished"] and summary["steps"] == 3 and summary["method"] == "wavelet_wgan"
     report = json.loads((out / "privacy.json").read_text())
     assert "approximately private" in report["extra"]["approximately_private"]
+    assert report["noise"]["private"] is False and "approximately private" in report["noise"]["label"]
     chosen = report["extra"]["wavelet"]
     assert chosen["wavelet"] in ("haar", "db2")
     # the released denoised set is the privatized records through the chosen denoiser
@@ -208,3 +209,21 @@ def test_the_denoisers_noise_level_is_the_mechanisms_own(mechanism: str, delta: 
     noisy, _ = mechanisms.local(mechanism).privatize(np.zeros((200_000, 1)), radius=1000.0, epsilon=5.0, delta=delta,
                                                      rng=np.random.default_rng(0))
     assert noise_std(local_noise(local)) == pytest.approx(float(np.std(noisy)), rel=0.02)
+
+
+def test_an_approximately_private_report_is_labelled_wherever_its_epsilon_is_shown(tmp_path: Path) -> None:
+    """The label is read from the run's report (extra.approximately_private), never from its method: the report's
+    epsilon cell, the privacy table's epsilon cells and the samples.png caption carry it; the same report without
+    it carries none."""
+    from dpsynth.evaluate.sampling import privacy_caption
+    from dpsynth.privacy.randomness import APPROXIMATE_LABEL, privacy_label
+    from dpsynth.report.runs import Run, epsilon_cell
+
+    local = {"mechanism": "local_gaussian", "sigma": 5.28, "delta": 1e-4, "headline": "sound",
+             "epsilon": {"sound": 98.08, "paper_convention": 35.0}, "noise": {"mode": "secret", "private": True},
+             "extra": {"local": {"radius": 28, "noise_scale": 5.28, "mechanism": "gaussian"}}}
+    approx = {**local, "extra": {**local["extra"], "approximately_private": "only approximately private (...)"}}
+    assert privacy_label(approx) == APPROXIMATE_LABEL and privacy_label(local) is None
+    assert epsilon_cell(Run("w", tmp_path, {"privacy": approx})).endswith(f"[{APPROXIMATE_LABEL}]")
+    assert "approximately" not in epsilon_cell(Run("e", tmp_path, {"privacy": local}))
+    assert privacy_caption(approx).endswith(f": {APPROXIMATE_LABEL}") and "approx" not in privacy_caption(local)

@@ -19,7 +19,7 @@ import torch
 
 from dpsynth.errors import DataError, DpsynthError
 from dpsynth.io import write_npz  # sha256_file: re-exported for cli.sample
-from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
+from dpsynth.privacy.randomness import privacy_label
 
 #: Samples are drawn in batches of this size (eval mode: batch norm uses running statistics,
 #: so the batch size does not change the samples' distribution; fixed for reproducibility).
@@ -140,8 +140,8 @@ def privacy_caption(privacy: dict[str, Any]) -> str:
     head = privacy.get("headline")
     text = f"epsilon {eps[head]:.2f}, delta {privacy.get('delta'):g} ({head})" \
         if isinstance(eps, dict) and head in eps else str(privacy.get("mechanism") or "non-private")
-    if is_reproducible(privacy):  # as every output of such a run says
-        text += f": {NOT_PRIVATE_LABEL}"
+    if (label := privacy_label(privacy)) is not None:  # as every output of such a run says
+        text += f": {label}"
     return text
 
 

@@ -85,3 +85,18 @@ def is_reproducible(report: dict[str, Any] | None) -> bool:
     """True when a (released) privacy report says its noise was replayable."""
     noise = (report or {}).get("noise")
     return isinstance(noise, dict) and noise.get("mode") == "reproducible"
+
+
+#: What every place showing the epsilon of a run whose report says ``extra.approximately_private`` adds
+#: (Reshetova et al.'s wavelet baseline: a denoiser tuned on the clean images).
+APPROXIMATE_LABEL = "only approximately private - not private"
+
+
+def privacy_label(report: dict[str, Any] | None) -> str | None:
+    """The label a (released) report's epsilon must carry wherever it is shown, read from the report itself
+    (never from a method name): replayable noise, or only approximately private; None for a private run."""
+    if is_reproducible(report):
+        return NOT_PRIVATE_LABEL
+    if (report or {}).get("extra", {}).get("approximately_private"):
+        return APPROXIMATE_LABEL
+    return None

@@ -17,7 +17,7 @@ from typing import Any
 from dpsynth.errors import DataError
 from dpsynth.evaluate.record import REAL_DATA, MetricsError, MetricsRecord
 from dpsynth.paths import REAL, RUNS, metrics_file, real_metrics_file
-from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL, is_reproducible
+from dpsynth.privacy.randomness import privacy_label
 
 NOT_RUN = "not run"
 REPORTED_ONLY = "reported only"
@@ -253,7 +253,8 @@ def epsilon_cell(run: Run | None, *, real: bool = False) -> str:
     body = "; ".join(f"{c}={fmt_number(eps[c], 2)}" for c in ordered_conventions(list(eps)))
     delta = (run.privacy or {}).get("delta")
     cell = f"{body} (δ={delta:g})" if isinstance(delta, int | float) and delta > 0 else body
-    return f"{cell} [{NOT_PRIVATE_LABEL}]" if is_reproducible(run.privacy) else cell
+    label = privacy_label(run.privacy)
+    return cell if label is None else f"{cell} [{label}]"
 
 
 def sigma_cell(run: Run | None) -> str:

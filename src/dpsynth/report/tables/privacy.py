@@ -10,6 +10,7 @@ import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.errors import ConfigError
+from dpsynth.privacy.randomness import privacy_label
 from dpsynth.report.published import load_published
 from dpsynth.report.runs import (
     NOT_APPLICABLE,
@@ -72,7 +73,9 @@ def _privacy_table(name: str, table: Table, params: Params, store: RunStore) -> 
             elif set(eps) == {"non_private"}:
                 rec[f"ε {c}"] = "∞ (non-private)"
             else:
-                rec[f"ε {c}"] = fmt_number(eps[c], 2) if c in eps else NOT_APPLICABLE
+                label = privacy_label(priv)  # read from the report: replayable noise, only approximately private
+                rec[f"ε {c}"] = NOT_APPLICABLE if c not in eps else fmt_number(eps[c], 2) if label is None else \
+                    f"{fmt_number(eps[c], 2)} [{label}]"
         claim = claims.get(f"{exp.method}/{exp.dataset}")
         if not exp.privacy.enabled and exp.local is None:
             claim = {"epsilon": "∞ (non-private)", "source": "non-private run"}

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from dpsynth.config import Experiment, Params, Table
+from dpsynth.privacy.randomness import APPROXIMATE_LABEL, privacy_label
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
 from dpsynth.report.tables.common import BuiltTable, _members
@@ -78,7 +79,11 @@ def _wavelet_table(name: str, table: Table, params: Params, store: RunStore) -> 
             runs.append(run)
             if (w2 := w2_of(run)) is not None:
                 w2s[col] = w2
-            privacy = APPROXIMATELY_PRIVATE if col == "wavelet" else "local DP (privatized records only)"
+            # a run's label is its report's (privacy_label), never its method's name; before it runs, what it will be
+            label = privacy_label(run.privacy) if run is not None else \
+                APPROXIMATE_LABEL if col == "wavelet" else None
+            privacy = "local DP (privatized records only)" if label is None else \
+                APPROXIMATELY_PRIVATE if label == APPROXIMATE_LABEL else label
             records.append({"Mechanism": mechanism_label(exp), "Paper's epsilon": paper_epsilon(run, exp),
                             "Generator": COLUMN_TITLES[col], "Run": e, "Privacy": privacy,
                             "Scale": scale_cell(run, params.scale), "Trained on": trained_on(run),

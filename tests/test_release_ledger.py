@@ -96,6 +96,32 @@ def test_the_report_shows_releases_ever_made_beside_the_current_ones(tmp_path: P
     assert list(build_ledger(tmp_path / "results")[0]["Released model"]) == ["a", "ALL 1 (composed)"]
 
 
+def test_the_ever_made_row_fills_every_cell_and_never_reads_below_the_current_runs(tmp_path: Path) -> None:
+    """A dataset whose current run the ledger does not hold (made before the ledger, or under another private
+    root): the EVER MADE row names the current run's neighbour relation and reads at least the current
+    composition -- every cell filled (the report's never-an-empty-cell rule), never a composition below what
+    exists now; a ledger line without a relation reads 'unknown'."""
+    from dpsynth.report.tables import BuiltTable, check_complete
+    from tests.test_privacy_ledger import _dps, _write
+
+    _write(tmp_path / "results", "a", DATASET, _dps(100_000))
+    now = build_ledger(tmp_path / "results")[0]
+    current, relation = now.iloc[-1]["ε (headline)"], now.iloc[-1]["Neighbours"]
+    assert relation and float(current) > 1.0, now.to_string()
+    for ever in ([], [Release(dataset=DATASET, stage="privatize", name="b", mechanism="gaussian", epsilon=1.0,
+                              delta=1e-4, neighbours="", output=str(tmp_path / "gone.npz"), sha256="2" * 64)]):
+        frame, _ = build_ledger(tmp_path / "results", ever=(ever, []))
+        check_complete(BuiltTable("privacy_ledger", "t", "p", frame, []))
+        row = frame.iloc[-1]
+        assert row["Released model"].startswith("EVER MADE"), frame.to_string()
+        assert row["ε (headline)"] == f"≥ {current}" and relation in row["Neighbours"], frame.to_string()
+        if ever:
+            assert "unknown" in row["Neighbours"] and frame.iloc[-2]["Neighbours"] == "unknown", frame.to_string()
+    # a ledger that holds the current releases composes them as it did: no bound from the current runs
+    frame, _ = build_ledger(tmp_path / "results", ever=([_release("c", 50.0, "3" * 64)], []))
+    assert frame.iloc[-1]["ε (headline)"] == "50.00", frame.to_string()
+
+
 # --------------------------------------------------------------------------- end to end, through DVC
 
 

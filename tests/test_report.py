@@ -514,7 +514,12 @@ def test_cli_writes_tables_and_figures(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
     plt.imsave(samples_png(res, "dps_mnist"), [[0.0, 1.0], [1.0, 0.0]], cmap="gray")
-    assert main(["report", "--params", str(tmp_path / "params.yaml"), "--results", str(res)]) == 0
+    # an empty release ledger (runs made before it): the privacy ledger's EVER MADE rows still fill every cell
+    assert main(["report", "--params", str(tmp_path / "params.yaml"), "--results", str(res),
+                 "--private-out", str(tmp_path / "private")]) == 0
+    ledger = pd.read_csv(res / "tables" / "privacy_ledger.csv", dtype=str, keep_default_na=False)
+    ever = ledger[ledger["Released model"].str.startswith("EVER MADE")]
+    assert list(ever["Dataset"]) == ["mnist"] and ever.iloc[0]["Neighbours"].strip(), ledger.to_string()
     tables = {p.name for p in (res / "tables").iterdir()}
     assert {f"{n}.{e}" for n in PROPOSED_TABLES for e in ("md", "csv", "tex")} <= tables
     figs = {p.name for p in (res / "figures").iterdir()}

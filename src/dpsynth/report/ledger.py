@@ -43,24 +43,49 @@ def _runs(results: Path) -> list[Run]:
     return out
 
 
-def _ever_made(dataset: str, ever: list[Release], damaged: list[int]) -> list[dict[str, str]]:
+def _eps_cell(eps: float) -> str:
+    return "∞" if math.isinf(eps) else fmt_number(eps, 2)
+
+
+def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
+               current: tuple[float, set[str]] | None = None) -> list[dict[str, str]]:
     """The release ledger's rows for ``dataset``: each release whose file no longer holds it (replaced by a
-    re-run, or removed: it lives on wherever it was copied or pushed), then every release ever made, composed."""
+    re-run, or removed: it lives on wherever it was copied or pushed), then every release ever made, composed.
+
+    ``current``: the dataset's current composition (its ALL row's epsilon and neighbour relations). Every
+    release ever made includes the current ones, so when the ledger composes to less -- it records none or
+    only some of the dataset's current releases (runs made before the ledger existed, or under another
+    private root) -- the EVER MADE row says so and reads at least the current epsilon, with the current
+    relations among its neighbours: never an empty cell, never a composition below what exists now."""
     mine = [r for r in ever if r.dataset == dataset]
+    now_eps, now_relations = current if current is not None else (0.0, set())
+    if not mine:
+        return [{"Dataset": dataset, "Released model": "EVER MADE: none recorded (release ledger)",
+                 "Mechanism": f"the release ledger records no release of {dataset} (runs made before it, or under "
+                              "another private root): at least the current ones (ALL row)",
+                 "Neighbours": ", ".join(sorted(now_relations)) or "n/a",
+                 "ε (headline)": "∞" if math.isinf(now_eps) else f"≥ {_eps_cell(now_eps)}", "δ": "n/a",
+                 "Noise": "-"}]
     rows = []
     for r in mine:
         path = Path(r.output)
         if path.is_file() and sha256_of(path) == r.sha256:
             continue  # current: the file still holds it
         rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} (replaced or removed; "
-                     f"sha256 {r.sha256[:12]})", "Mechanism": r.mechanism, "Neighbours": r.neighbours,
+                     f"sha256 {r.sha256[:12]})", "Mechanism": r.mechanism or "unknown", "Neighbours": r.neighbours or "unknown",
                      "ε (headline)": fmt_number(r.epsilon, 2), "δ": f"{r.delta:g}",
                      "Noise": r.note or "secret"})
     total = compose(mine, len(damaged))
+    relations = {r.neighbours or "unknown" for r in mine}
+    eps_cell, delta_cell, how = _eps_cell(total.epsilon), "n/a" if math.isinf(total.epsilon) else f"{total.delta:g}", \
+        total.how
+    if total.epsilon < now_eps - 1e-9:  # the ledger lacks current releases: at least what exists now
+        relations |= now_relations
+        eps_cell, delta_cell = "∞" if math.isinf(now_eps) else f"≥ {_eps_cell(now_eps)}", "n/a"
+        how += f"; below the current composition ({_eps_cell(now_eps)}): the ledger lacks current releases"
     rows.append({"Dataset": dataset, "Released model": f"EVER MADE {total.count} (composed, release ledger)",
-                 "Mechanism": total.how, "Neighbours": ", ".join(sorted({r.neighbours for r in mine})),
-                 "ε (headline)": "∞" if math.isinf(total.epsilon) else fmt_number(total.epsilon, 2),
-                 "δ": "n/a" if math.isinf(total.epsilon) else f"{total.delta:g}", "Noise": "-"})
+                 "Mechanism": how, "Neighbours": ", ".join(sorted(relations)),
+                 "ε (headline)": eps_cell, "δ": delta_cell, "Noise": "-"})
     return rows
 
 
@@ -112,11 +137,12 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
                 local_eps += eps
                 local_delta += float(priv.get("delta") or 0.0)
         if infinite:
-            total, why = "∞", f"not private: {', '.join(infinite)}"
+            total, why, total_eps = "∞", f"not private: {', '.join(infinite)}", math.inf
         else:
             delta = min(deltas) if deltas else 0.0
             central = acc.classic_epsilon(acc.CLASSIC_ORDERS, rdp_total, delta)[0] if deltas else 0.0
-            total = fmt_number(central + local_eps, 2)
+            total_eps = float(central + local_eps)
+            total = fmt_number(total_eps, 2)
             why = (f"RDP composition of {len(deltas)} central run(s) at δ={delta:g}"
                    + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
             delta = delta + local_delta
@@ -124,7 +150,7 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
                         "Neighbours": ", ".join(sorted(relations)), "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
                         "Noise": "-"})
         if ever is not None:
-            records.extend(_ever_made(dataset, ever_releases, damaged))
+            records.extend(_ever_made(dataset, ever_releases, damaged, current=(total_eps, relations)))
     if not records:
         records.append({"Dataset": "none", "Released model": "no evaluated run yet", "Mechanism": "n/a",
                         "Neighbours": "n/a", "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})

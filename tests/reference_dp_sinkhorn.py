@@ -63,7 +63,8 @@ def reference_step(G, opt, x_all, y_all, gens, *, n, n_extra, q, num_classes, al
     xs, ys = x_all[mask], y_all[mask]
     k = int(mask.sum())
     z = G.sample_latent(n + n_extra, gens["model"])
-    labels = G.sample_labels(n + n_extra, gens["model"])
+    labels = G.sample_labels(n, gens["model"])  # n uniform labels; the n' extra images reuse the first n'
+    labels = torch.cat([labels, labels[:n_extra]])  # (the authors' script: the extra images get gen_y[:n'])
     imgs = G(z, labels)
     if sigma is not None and clip_param is None:
         def hook(grad: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -27,6 +30,39 @@ def test_dcgan_mnist_layout_shape_range_and_param_count() -> None:
     ]
     # embed 10*4 + convT 16*256*49 + 256*128*16 + 128*64*16 + (64*9 + 1) + BN 2*(256+128+64)
     assert _count(gen) == 40 + 200_704 + 524_288 + 131_072 + 577 + 896 == 857_577
+
+
+def test_dcgan_authors_init_is_pytorch_default_with_the_authors_conv2d_output() -> None:
+    """init="authors" (DP-Sinkhorn's generator; nv-tlabs/DP-Sinkhorn_code's ConvCondGenerator): every
+    layer keeps PyTorch's default, and the 28x28 output layer is drawn as the authors' Conv2d(64, 1, 3)
+    would be (U(+-1/sqrt(64*9)) for weight and bias), not as a ConvTranspose2d (U(+-1/3)), so tanh is
+    not saturated at init. The DCGAN init stays the default (Reshetova et al.'s generator)."""
+    from types import SimpleNamespace
+
+    from dpsynth.methods.dp_sinkhorn import generator_arch
+
+    torch.manual_seed(0)
+    gen = build_generator("dcgan", init="authors")
+    convs = [m for m in gen.modules() if isinstance(m, torch.nn.ConvTranspose2d)]
+    for c in convs[:3]:  # ConvTranspose2d default: fan-in from weight dim 1 (the output channels)
+        bound = 1 / math.sqrt(c.weight.shape[1] * c.kernel_size[0] ** 2)
+        assert c.weight.abs().max() <= bound and c.weight.abs().max() > 0.9 * bound and c.bias is None
+    out_bound = 1 / math.sqrt(64 * 9)
+    assert convs[3].weight.abs().max() <= out_bound and convs[3].weight.abs().max() > 0.9 * out_bound
+    assert convs[3].bias.abs().max() <= out_bound
+    bns = [m for m in gen.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert all(torch.equal(b.weight, torch.ones_like(b.weight)) and not b.bias.any() for b in bns)
+    out, _ = gen.sample(8, torch.Generator().manual_seed(1))
+    assert out.abs().max() < 0.999
+    assert build_generator("dcgan").init == "dcgan"
+    with pytest.raises(ConfigError, match="init"):
+        build_generator("dcgan", init="xavier")
+    # DP-Sinkhorn builds it so, at the papers' latent 12, embedding 4 (App. D.3)
+    data = SimpleNamespace(x_train=np.zeros((2, 1, 28, 28), np.uint8), num_classes=10)
+    hp = SimpleNamespace(generator="dcgan", model_dim=64)
+    arch = generator_arch(SimpleNamespace(experiment=SimpleNamespace(hparams=hp), data=data, name="t"))
+    assert arch["kwargs"]["init"] == "authors"
+    assert (arch["kwargs"]["latent_dim"], arch["kwargs"]["embed_dim"]) == (12, 4)
 
 
 def test_dcgan_unconditional_latent100_is_the_same_code() -> None:

@@ -57,7 +57,8 @@ class ReferenceStep:
         idx = mask.nonzero().squeeze(1)
         img, label = self.x_all[idx], self.y_all[idx]
         z = G.sample_latent(n + ne, self.gens["model"])
-        gl = G.sample_labels(n + ne, self.gens["model"])
+        gl = G.sample_labels(n, self.gens["model"])
+        gl = torch.cat([gl, gl[:ne]])  # the published script: the n' extra images take the first n' labels
         gen = G(z, gl)
         gen.register_hook(self._hook)
         nc = s["num_classes"]

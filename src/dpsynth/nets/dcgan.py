@@ -6,11 +6,14 @@ ConvT(64->C, k3 s1 p1) 28x28 -> tanh; ReLU at hidden layers. For 32x32 (CelebA D
 the first layer uses k4 (4x4) and the last ConvT(k4 s2 p1) doubles to 32x32.
 The papers do not mention batch norm; the published code (NVIDIA DP-Sinkhorn,
 ``ConvCondGenerator``) has BatchNorm after the three hidden layers, so
-``batch_norm=True`` by default. Weights use the DCGAN initialisation. The same class, unconditional with latent 100, is the
-seed-003 MNIST generator.
+``batch_norm=True`` by default. Weights use the DCGAN initialisation by default (``init="dcgan"``);
+DP-Sinkhorn builds it with ``init="authors"``, the published code's PyTorch defaults (the papers state
+no initialisation). The same class, unconditional with latent 100, is the seed-003 MNIST generator.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +21,9 @@ from torch import Tensor, nn
 from dpsynth.errors import ConfigError
 from dpsynth.nets.base import Generator
 
-__all__ = ["DCGANGenerator"]
+__all__ = ["DCGANGenerator", "INITS"]
+
+INITS = ("dcgan", "authors")  # DCGAN's N(0, 0.02) (Radford et al.), or the DP-Sinkhorn authors' (PyTorch default)
 
 
 class DCGANGenerator(Generator):
@@ -32,9 +37,12 @@ class DCGANGenerator(Generator):
         image_size: int = 28,
         batch_norm: bool = True,
         latent_dist: str = "uniform",
+        init: str = "dcgan",
     ) -> None:
         if image_size not in (28, 32):
             raise ConfigError(f"DCGANGenerator supports image_size 28 or 32, got {image_size!r}")
+        if init not in INITS:
+            raise ConfigError(f"DCGANGenerator: init must be one of {INITS}, got {init!r}")
         super().__init__(latent_dim, num_classes, (out_channels, image_size, image_size), latent_dist)
         c1, c2, c3 = channels
         self.embed = nn.Embedding(num_classes, embed_dim) if num_classes is not None else None
@@ -56,7 +64,29 @@ class DCGANGenerator(Generator):
             nn.ConvTranspose2d(c3, out_channels, *last, bias=True),
             nn.Tanh(),
         )
-        self._init_weights()
+        self.init = init
+        if init == "dcgan":
+            self._init_weights()
+        else:
+            self._init_authors(c3, last[0])
+
+    def _init_authors(self, c3: int, k: int) -> None:
+        """The DP-Sinkhorn authors' initialisation (``nv-tlabs/DP-Sinkhorn_code``, ``ConvCondGenerator``:
+        PyTorch's default for every layer; the papers state none). The hidden ConvTranspose2d layers,
+        batch norm and the embedding keep the defaults they were built with. The authors' 28x28 output
+        layer is a ``Conv2d(c3, C, 3, padding=1)``, which our ``ConvTranspose2d(c3, C, 3, 1, 1)`` equals
+        with its kernel flipped and its channel axes swapped; PyTorch's default for that Conv2d draws
+        weight and bias from U(-1/sqrt(c3 k^2), 1/sqrt(c3 k^2)) (fan-in from the INPUT channels, a
+        distribution the flip leaves unchanged), so we draw ours from it -- the ConvTranspose2d default
+        would take fan-in from the output channels (1/3 at C = 1) and saturate tanh at init. At 32x32
+        the authors' output layer is a ConvTranspose2d like ours and keeps its default."""
+        if k != 3:
+            return
+        out = self.net[-2]
+        bound = 1.0 / math.sqrt(c3 * k * k)
+        with torch.no_grad():
+            out.weight.uniform_(-bound, bound)
+            out.bias.uniform_(-bound, bound)
 
     def _init_weights(self) -> None:
         """DCGAN init (Radford et al.): conv N(0, 0.02), BN gain N(1, 0.02), zero biases.

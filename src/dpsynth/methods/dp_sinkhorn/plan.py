@@ -62,8 +62,10 @@ def generator_arch(ctx: TrainContext) -> dict[str, Any]:
                                           "hidden": [256, 256], "latent_dist": "uniform_symmetric"}}
     c, size = d.x_train.shape[1], d.x_train.shape[2]
     if h.generator == "dcgan":
+        # latent 12 (32 for RGB), embedding 4, ReLU: the papers' App. D.3 (the authors' README runs 16/8 and
+        # LeakyReLU: docs/deviations.md); the initialisation, which the papers do not state, is the authors' code's
         kwargs = {"latent_dim": 12 if c == 1 else 32, "num_classes": d.num_classes, "embed_dim": 4,
-                  "out_channels": c, "image_size": size}
+                  "out_channels": c, "image_size": size, "init": "authors"}
         if h.model_dim != DCGAN_WIDTH:  # (4d, 2d, d): the published (256, 128, 64) is d = 64
             kwargs["channels"] = [4 * h.model_dim, 2 * h.model_dim, h.model_dim]
     elif h.generator == "biggan":

@@ -1,7 +1,8 @@
 """THE DP-Sinkhorn step, for K members at once: a run is K = 1, a batched sweep K > 1.
 
 One step, per member: draw the real batch (Poisson at q = B / N, or one fixed partition for the
-adversarial variant), generate a FIXED batch of n + n' images (n = B, n' = floor(p n)), embed
+adversarial variant), generate a FIXED batch of n + n' images (n = B, n' = floor(p n); the n' extra images take the first
+n' generated labels, :func:`generated_labels`), embed
 (image, alpha_c * onehot), compute the semi-debiased loss ``2 W(X[:n], Y) - W(X[:n], X[n':n+n'])``
 and back-propagate through the sanitizer, which clips the gradient w.r.t. the first n images as one
 tensor to C and adds N(0, (2 C sigma)^2) noise (the n' images, which never meet real data, are
@@ -61,7 +62,7 @@ from dpsynth.ot.sinkhorn import check_solver_args
 from dpsynth.privacy.sanitizers import WholeBatchSanitizer
 
 __all__ = ["StepSpec", "StepTuning", "Member", "PackedStep", "FastStep", "FORWARD_MODES",
-           "fast_forward", "embed_points", "step_loss"]
+           "fast_forward", "embed_points", "step_loss", "generated_labels", "draw_generated"]
 
 FORWARD_MODES = ("auto", "vmap", "loop")
 
@@ -110,6 +111,24 @@ class Member:
     spec: StepSpec
     gens: dict[str, torch.Generator]
     name: str = ""
+
+
+def generated_labels(G: nn.Module, n: int, n_extra: int, gen: torch.Generator) -> Tensor | None:
+    """The labels of one step's n + n' generated images: n uniform labels (Alg. 1), then the n' extra
+    images of the semi-debiased loss take the FIRST n' of them, as the authors' training script does
+    (``nv-tlabs/DP-Sinkhorn_code``, ``sinkhorn_poisson.py``: the extra images are generated with the
+    first n' generated labels). The self term OT(X[:n], X[n':n+n']) then compares two clouds with the
+    same labels, so it moves no mass across classes. None for an unconditional generator. The labels
+    are generated, never private: the extra images still meet only generated data."""
+    labels = G.sample_labels(n, gen)
+    if labels is None or n_extra == 0:
+        return labels
+    return torch.cat([labels, labels[:n_extra]])
+
+
+def draw_generated(G: nn.Module, n: int, n_extra: int, gen: torch.Generator) -> tuple[Tensor, Tensor | None]:
+    """One step's n + n' latents, then their labels (:func:`generated_labels`), from ``gen``."""
+    return G.sample_latent(n + n_extra, gen), generated_labels(G, n, n_extra, gen)
 
 
 def embed_points(points: Tensor, labels: Tensor | None, num_classes: int | None, alpha_c: float) -> Tensor:
@@ -192,8 +211,7 @@ class PackedStep:
     def _draw(self, i: int) -> tuple[Tensor, Tensor | None]:
         """Member ``i``'s latents then labels, from ITS model generator."""
         G, g = self.members[i].G, self.members[i].gens["model"]
-        total = self.spec.n + self.spec.n_extra
-        return G.sample_latent(total, g), G.sample_labels(total, g)
+        return draw_generated(G, self.spec.n, self.spec.n_extra, g)
 
     def _batch(self, i: int) -> tuple[Tensor, Tensor, Tensor, int]:
         """Member ``i``'s real batch of an eager step: a Poisson sample (each record with probability q)."""

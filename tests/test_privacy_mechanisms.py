@@ -67,7 +67,8 @@ def test_unknown_names_are_one_clear_error() -> None:
         mechanisms.get("gs_wgan", mechanisms.LocalNoise)
     with pytest.raises(PrivacyError, match="registered twice"):
         mechanisms.register(mechanisms.GaussianRelease)
-    with pytest.raises(PrivacyError, match="run.json: unknown local mechanism 'local_exponential'"):
+    with pytest.raises(PrivacyError, match=r"^run.json: unknown privacy mechanism 'local_exponential': no "
+                                           r"registered mechanism \(known: subsampled_gaussian, .*\) accounts it"):
         mechanisms.for_report({"mechanism": "local_exponential"}, "run.json")
 
 
@@ -75,9 +76,18 @@ def test_reports_map_to_their_mechanism() -> None:
     assert mechanisms.for_report({"mechanism": mechanisms.NON_PRIVATE}, "x") is None
     for name in mechanisms.names():
         assert mechanisms.for_report({"mechanism": name}, "x") is mechanisms.get(name)
-    # a DP-SGD-style report records a description of its sanitizer: the subsampled Gaussian
-    dp_cgan = "dp_cgan: DP-SGD discriminator (per-example clip C, add/remove-one, Poisson)"
-    assert mechanisms.for_report({"mechanism": dp_cgan}, "x") is mechanisms.get("subsampled_gaussian")
+    # a DP-SGD-style report describes its sanitizer and names its mechanism in mechanism_id
+    sg = mechanisms.get("subsampled_gaussian")
+    assert mechanisms.for_report({"mechanism": "a new sanitizer", "mechanism_id": sg.name}, "x") is sg
+    # reports written before mechanism_id: DP-CGAN's and DP-Sinkhorn's descriptions (a frozen list)
+    for legacy in ("dp_cgan: DP-SGD discriminator (per-example clip C, add/remove-one, Poisson)",
+                   "dp_sinkhorn image-gradient (whole-batch clip, sensitivity 2C)"):
+        assert mechanisms.for_report({"mechanism": legacy}, "x") is sg
+    # anything else is refused, never accounted as the subsampled Gaussian
+    for report in ({"mechanism": "a new sanitizer"}, {"mechanism": "dp_sinkhorn", "sigma": 1.0},
+                   {"mechanism": "dp_cgan: x", "mechanism_id": "subsampled_gausian"}, {"mechanism": 3}):
+        with pytest.raises(PrivacyError, match=r"^privacy.json: unknown privacy mechanism .* refusing it$"):
+            mechanisms.for_report(report, "privacy.json")
 
 
 def test_each_mechanism_recomputes_what_its_report_lists() -> None:
@@ -265,6 +275,68 @@ def test_local_privatize_is_the_library_mechanism() -> None:
         mechanisms.local("gaussian").privatize(x, radius=2.0, epsilon=5.0, delta=None, rng=3)
 
 
+# --------------------------------------------------------------------------- a mechanism added in one file
+
+
+@pytest.fixture
+def registered():
+    """Register mechanisms for one test (as a ``@register`` class in privacy/ would), then forget them."""
+    from dpsynth.privacy.mechanism_base import _REGISTRY
+
+    added: list[str] = []
+
+    def add(cls: type) -> type:
+        mechanisms.register(cls)
+        added.append(cls.name)
+        return cls
+
+    yield add
+    for name in added:
+        _REGISTRY.pop(name, None)
+
+
+def test_a_new_mechanism_is_a_choice_of_the_config_the_cli_and_the_report_with_no_other_edit(registered,
+                                                                                          tmp_path) -> None:
+    """A local mechanism registered in privacy/ is a ``local: mechanism:`` value, a manifold row, a report's
+    mechanism; a central one with a calculator is a ``dpsynth privacy --method``; an unknown name is refused in
+    one line naming the key (config) or the argument (CLI)."""
+    import yaml
+
+    from dpsynth.cli import build_parser
+    from dpsynth.config import parse_params
+    from dpsynth.config.experiment import LocalMechanism
+
+    class LocalUniform(mechanisms.LocalLaplace):
+        name, config_name, title = "local_uniform_test", "uniform_test", "Uniform"
+
+    class Calc(mechanisms.SubsampledGaussian):
+        name, calculator = "calc_test", "calc_test"
+
+    registered(LocalUniform)
+    registered(Calc)
+    assert LocalMechanism(mechanism="uniform_test", epsilon=1.0, radius=1.0).mechanism == "uniform_test"
+    assert mechanisms.local_names() == ("laplace", "gaussian", "uniform_test")
+    assert mechanisms.for_report({"mechanism": "local_uniform_test"}, "x") is mechanisms.local("uniform_test")
+    args = build_parser().parse_args(["privacy", "steps", "--method", "calc_test", "--sigma", "1", "--epsilon", "1",
+                                      "--delta", "1e-5", "--batch-size", "1"])
+    assert args.method == "calc_test"
+    # unknown: the config's line names the key, the CLI's the argument
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    exp = next(k for k, v in raw["experiments"].items() if v.get("local"))
+    raw["experiments"][exp]["local"]["mechanism"] = "unifrom_test"
+    with pytest.raises(ConfigError) as exc:
+        parse_params(raw, source="params.yaml")
+    assert str(exc.value).startswith(f"params.yaml: experiments.{exp}.local.mechanism: unknown local mechanism "
+                                     "'unifrom_test' (known: laplace, gaussian, uniform_test); did you mean "
+                                     "'uniform_test'?") and "\n" not in str(exc.value), exc.value
+    res = subprocess.run([sys.executable, "-m", "dpsynth.cli", "privacy", "steps", "--method", "dp_sgf", "--sigma",
+                          "1", "--epsilon", "1", "--delta", "1e-5", "--batch-size", "1"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1] == (
+        "dpsynth privacy steps: error: argument --method: invalid choice: 'dp_sgf' (choose from 'dp_sgd', "
+        "'gs_wgan'); did you mean 'dp_sgd'?"), res.stderr
+
+
 # --------------------------------------------------------------------------- boundaries
 
 
@@ -278,6 +350,21 @@ def test_no_mechanism_name_is_compared_outside_privacy() -> None:
     hits = [f"{p.relative_to(REPO)}:{i}" for p in sorted(src.rglob("*.py")) if "privacy" not in p.parent.parts
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_no_method_name_is_compared_outside_the_method_registry() -> None:
+    """A method is told apart by its spec's properties (``config.methods.MethodSpec``: ``noise_matched_loss``,
+    ``approximately_private``, ...), never by comparing its name (what report/tables/wavelet.py's column_of and
+    config/params.py's figure checks did)."""
+    from dpsynth.config.methods import METHOD_SPECS
+
+    src = REPO / "src" / "dpsynth"
+    names = "|".join(map(re.escape, METHOD_SPECS))
+    pattern = re.compile(rf"(?:[!=]=|\bin)\s*[(\[{{]?\s*[\"'](?:{names})[\"']|(?:spec\.name|\.method)\s*[!=]=\s*[\"']")
+    hits = [f"{p.relative_to(REPO)}:{i}" for p in sorted(src.rglob("*.py")) if p.name != "methods.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []
+    assert pattern.search('if exp.spec.name == "wavelet_wgan":') and pattern.search('exp.method != "entropic_wgan"')
 
 
 def test_the_config_validates_local_mechanisms_without_importing_the_accountant() -> None:

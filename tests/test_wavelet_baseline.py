@@ -121,6 +121,13 @@ def test_the_method_trains_end_to_end_through_the_one_loop(tmp_path: Path, digit
     report = json.loads((out / "privacy.json").read_text())
     assert "approximately private" in report["extra"]["approximately_private"]
     assert report["noise"]["private"] is False and "approximately private" in report["noise"]["label"]
+    import csv
+
+    from dpsynth.privacy.randomness import APPROXIMATE_LABEL
+
+    with open(out / "train_log.csv", newline="", encoding="utf-8") as fh:
+        log = list(csv.DictReader(fh))
+    assert log and all(r["epsilon_label"] == APPROXIMATE_LABEL and float(r["epsilon"]) > 0 for r in log), log
     chosen = report["extra"]["wavelet"]
     assert chosen["wavelet"] in ("haar", "db2")
     # the released denoised set is the privatized records through the chosen denoiser
@@ -227,3 +234,15 @@ def test_an_approximately_private_report_is_labelled_wherever_its_epsilon_is_sho
     assert epsilon_cell(Run("w", tmp_path, {"privacy": approx})).endswith(f"[{APPROXIMATE_LABEL}]")
     assert "approximately" not in epsilon_cell(Run("e", tmp_path, {"privacy": local}))
     assert privacy_caption(approx).endswith(f": {APPROXIMATE_LABEL}") and "approx" not in privacy_caption(local)
+    # the released train_log.csv: an epsilon_label column beside epsilon, on every row; none for a private run
+    from dpsynth.methods.loop import labelled_log
+    from dpsynth.methods.trainlog import PUBLIC_LOG_FIELDS
+    from dpsynth.privacy.randomness import NOT_PRIVATE_LABEL
+
+    rows = [{"step": 1, "epsilon": 98.08, "steps_per_s": 3.0}, {"step": 2, "epsilon": 98.08, "steps_per_s": 3.1}]
+    got, fields = labelled_log(rows, PUBLIC_LOG_FIELDS, approx)
+    assert fields == ("step", "epsilon", "epsilon_label", "steps_per_s")
+    assert [r["epsilon_label"] for r in got] == [APPROXIMATE_LABEL] * 2
+    assert labelled_log(rows, PUBLIC_LOG_FIELDS, local) == (rows, PUBLIC_LOG_FIELDS)
+    replay = {**local, "noise": {"mode": "reproducible", "seed": 0}}
+    assert labelled_log(rows, PUBLIC_LOG_FIELDS, replay)[0][0]["epsilon_label"] == NOT_PRIVATE_LABEL

@@ -13,11 +13,33 @@ from typing import Any
 
 from dpsynth.errors import PrivacyError
 
-#: ``dpsynth.privacy.accounting.SAMPLINGS`` and the names of ``dpsynth.privacy.mechanisms.calculators()``,
-#: spelt out so that building the parser imports neither dp_accounting (a second or more) nor the
-#: privacy package; tests/test_cli_startup.py checks that they agree.
+#: ``dpsynth.privacy.accounting.SAMPLINGS``, spelt out so that building the parser does not import
+#: dp_accounting (a second or more); tests/test_cli_startup.py checks that they agree.
 SAMPLINGS: tuple[str, ...] = ("poisson", "without_replacement")
-METHODS: tuple[str, ...] = ("dp_sgd", "gs_wgan")
+
+
+class _Calculators:
+    """``--method``'s choices: the registry's calculators (``dpsynth.privacy.mechanisms.calculators()``), read
+    when argparse first asks -- a ``--method`` value to check, the help's list -- not when the parser is built
+    (the privacy package stays unimported for every other command). A mechanism registered with a calculator
+    is a choice here with no edit; an unknown name is argparse's one line naming ``--method``."""
+
+    def _names(self) -> tuple[str, ...]:
+        from dpsynth.privacy.mechanisms import calculators
+
+        return tuple(calculators())
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+METHODS = _Calculators()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     }
     for name, (help_, needs) in specs.items():
         sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--method", choices=METHODS, default="dp_sgd",
-                        help="dp_sgd: one subsampled Gaussian per step (DP-Sinkhorn); gs_wgan: see docs/deviations.md row 8")
+        sp.add_argument("--method", choices=METHODS, default="dp_sgd", metavar="METHOD",
+                        help="a mechanism of the registry (%(choices)s; default %(default)s): dp_sgd, one subsampled "
+                             "Gaussian per step (DP-Sinkhorn); gs_wgan, see docs/deviations.md row 8")
         if "sigma" in needs:
             sp.add_argument("--sigma", type=float, required=True, help="noise multiplier")
         if "epsilon" in needs:

@@ -58,13 +58,26 @@ class LocalMechanism(Strict):
     """Local (per-record) privatization applied before training (Reshetova, Chen, Ozgur, "Training
     generative models from privatized data", ISIT 2024, arXiv:2306.09547)."""
 
-    mechanism: Literal["laplace", "gaussian"]
+    #: a local mechanism's ``config_name`` in the registry (``privacy.mechanisms.local``): a mechanism added in
+    #: ``privacy/local_mechanisms.py`` is a choice here with no edit
+    mechanism: str
     epsilon: float = Field(gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=0.5)
     radius: float = Field(gt=0, allow_inf_nan=False)
     dct: bool = False
     dct_quantile: float = Field(default=0.8, ge=0, lt=1)
     seed: int = 0
+
+    @field_validator("mechanism")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from dpsynth.errors import PrivacyError
+
+        try:
+            mechanisms.local(v)
+        except PrivacyError as exc:  # "unknown local mechanism 'x' (known: laplace, gaussian); did you mean ..."
+            raise ValueError(str(exc)) from None
+        return v
 
     @model_validator(mode="after")
     def _consistent_with_mechanism(self) -> "LocalMechanism":

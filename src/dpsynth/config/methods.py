@@ -57,6 +57,14 @@ class MethodSpec:
     #: generator to that release (post-processing, no budget), so a scale's step budget and batch cap do
     #: not apply to it: its steps come from its own hyperparameters at every scale.
     releases_once: bool = False
+    #: Trains with a loss matched to its local mechanism's noise (``hparams.loss``: the entropic or the
+    #: unregularized p-Wasserstein; Reshetova et al.): a panel of the manifold and train-size figures, and a
+    #: column of the wavelet table by its loss.
+    noise_matched_loss: bool = False
+    #: A step reads the clean records (Reshetova et al.'s wavelet denoiser, tuned on them), so its runs carry
+    #: no formal guarantee: its reports say so (``extra.approximately_private``, what every label is read
+    #: from once a run exists); the wavelet table gives it its own column.
+    approximately_private: bool = False
 
     @property
     def needs_warm_start(self) -> bool:
@@ -77,7 +85,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                warm_start_keys=GSWGANHparams.WARM_START_KEYS,
                epsilon_conventions=("as_published.rdp_classic", "sound.rdp_classic")),
     MethodSpec(name="entropic_wgan", title="Entropic WGAN (local DP)", hparams=EntropicWGANHparams,
-               trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True),
+               trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True,
+               noise_matched_loss=True),
     MethodSpec(name="dp_merf", title="DP-MERF", hparams=DPMERFHparams, trainer="dpsynth.methods.dp_merf:train",
                releases_once=True, epsilon_conventions=("analytic_gaussian",)),
     MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,
@@ -86,7 +95,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     # private, said in its privacy report) + WGAN-GP on the denoised privatized records.
     MethodSpec(name="wavelet_wgan", title="Wavelet denoising + WGAN-GP (local DP, approximately private)",
                hparams=WaveletWGANHparams, trainer="dpsynth.methods.wavelet_wgan:train", conditional=False,
-               takes_local_data=True),
+               takes_local_data=True, approximately_private=True),
 )}
 
 

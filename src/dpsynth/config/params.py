@@ -120,6 +120,11 @@ class TotalBudget(Strict):
     delta: float | None = Field(default=None, ge=0, lt=1)
 
 
+def _noise_matched_methods() -> str:
+    """The methods whose runs a manifold or train-size figure takes (``MethodSpec.noise_matched_loss``)."""
+    return "/".join(n for n, spec in METHOD_SPECS.items() if spec.noise_matched_loss)
+
+
 class Params(Strict):
     scale: ScaleName = "quick"
     seeds: list[Annotated[int, Field(ge=0)]] = [0]
@@ -250,8 +255,8 @@ class Params(Strict):
             raise KeyedValueError(f"tables.{tname}", "a manifold figure needs dataset and experiments")
         for e in table.experiments:
             exp = self.experiments[e]
-            if exp.method != "entropic_wgan" or exp.local is None or exp.dataset != table.dataset:
-                raise KeyedValueError(where, f"{e!r} is not an entropic_wgan run on locally privatized "
+            if not exp.spec.noise_matched_loss or exp.local is None or exp.dataset != table.dataset:
+                raise KeyedValueError(where, f"{e!r} is not an {_noise_matched_methods()} run on locally privatized "
                                       f"{table.dataset} (a panel of this figure must be)")
             loss = getattr(exp.hparams, "loss", None)
             if loss not in ("entropic", "exact"):
@@ -274,9 +279,9 @@ class Params(Strict):
             if keys != {"n"}:
                 raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r} sweeps {sorted(keys)}; a train_size "
                                       "figure's sweeps sweep n (the training-set size) alone")
-            if base.method != "entropic_wgan" or base.local is None or base.dataset != table.dataset:
+            if not base.spec.noise_matched_loss or base.local is None or base.dataset != table.dataset:
                 raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r}'s base {sweep.base!r} is not an "
-                                      f"entropic_wgan run on locally privatized {table.dataset}")
+                                      f"{_noise_matched_methods()} run on locally privatized {table.dataset}")
             sizes |= {cell["n"] for cell in sweep.cell_list()}
         if len(sizes) < 2:
             raise KeyedValueError(f"tables.{tname}.sweeps", f"a rate in n needs at least two sizes, got {sorted(sizes)}")

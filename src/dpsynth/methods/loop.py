@@ -221,12 +221,27 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
 
         rel.report.noise = {**rel.report.noise, "private": False, "label": APPROXIMATE_LABEL}
     save_generator(ctx.generator_path, rel.generator, rel.arch, rel.meta)
-    write_public_log(log.snapshot(), ctx.public_log_path, fields=rel.public_fields)
+    rows, fields = labelled_log(log.snapshot(), rel.public_fields, rel.report.to_dict())
+    write_public_log(rows, ctx.public_log_path, fields=fields)
     rel.report.write(ctx.privacy_path)
     save(step, done=True)
     result.epsilon = rel.report.epsilon
     result.extra.update(rel.summary)
     return result.to_dict()
+
+
+def labelled_log(rows: list[dict[str, Any]], fields: tuple[str, ...],
+                 report: dict[str, Any]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The released log's rows and columns: a run whose report carries a privacy label (``privacy_label``:
+    replayable noise, only approximately private) gets an ``epsilon_label`` column beside ``epsilon``, the
+    label on every row, so its epsilon is never read there without it."""
+    from dpsynth.privacy.randomness import privacy_label
+
+    label = privacy_label(report)
+    if label is None or "epsilon" not in fields:
+        return rows, fields
+    at = fields.index("epsilon") + 1
+    return [{**r, "epsilon_label": label} for r in rows], (*fields[:at], "epsilon_label", *fields[at:])
 
 
 def drive(lead: TrainContext, step_fn: Callable[[], Any], check: Callable[[], None], *, step: int, total_steps: int,

@@ -121,6 +121,8 @@ class SubsampledGaussian(CentralMechanism):
 
     name = "subsampled_gaussian"
     relation = ADD_REMOVE
+    #: what DP-Sinkhorn's and DP-CGAN's reports recorded before ``mechanism_id`` (``dp_sgd_report`` writes it)
+    legacy_descriptions = ("dp_sinkhorn ", "dp_cgan: ")
     calculator = "dp_sgd"
     calculator_needs = ("dataset_size",)
 

@@ -72,6 +72,10 @@ class Mechanism:
     name: ClassVar[str]
     #: The neighbouring relation its epsilon is stated for (a mechanism may refine it per report).
     relation: ClassVar[str]
+    #: Free-text ``mechanism`` descriptions (prefixes) its reports carried before reports named their
+    #: registered mechanism (``mechanism_id``): read as this mechanism, a frozen list -- a new report names
+    #: its mechanism, and an unregistered name is refused (``mechanisms.for_report``).
+    legacy_descriptions: ClassVar[tuple[str, ...]] = ()
 
     def neighbours(self, report: dict[str, Any]) -> str:
         return self.relation

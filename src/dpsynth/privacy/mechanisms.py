@@ -52,7 +52,8 @@ from dpsynth.privacy.mechanism_base import (
 __all__ = [
     "ADD_REMOVE", "LOCAL", "NON_PRIVATE", "NO_GUARANTEE", "REPLACE_ONE", "CentralMechanism", "GSWGANGaussian",
     "GaussianRelease", "LocalGaussian", "LocalLaplace", "LocalNoise", "Mechanism", "Plan", "Schedule",
-    "SubsampledGaussian", "TradeOffQuery", "calculators", "for_report", "get", "local", "names", "register",
+    "SubsampledGaussian", "TradeOffQuery", "calculators", "for_report", "get", "local", "local_names", "names",
+    "register",
     "report_number",
 ]
 
@@ -80,16 +81,24 @@ def get(name: str, kind: type[Mechanism] = Mechanism) -> Mechanism:
 
 
 def for_report(report: dict[str, Any], where: str) -> Mechanism | None:
-    """The mechanism a privacy report records; None for a non-private run. A DP-SGD-style report records
-    a free-text description of its sanitizer: those are all the subsampled Gaussian."""
+    """The mechanism a privacy report records; None for a non-private run. A report names a registered
+    mechanism in ``mechanism``, or -- a DP-SGD-style report, whose ``mechanism`` describes its sanitizer --
+    in ``mechanism_id``; a report written before ``mechanism_id`` existed is read by its description
+    (``Mechanism.legacy_descriptions``). Anything else is refused in one line: a report of a mechanism the
+    registry does not know is never accounted as another one."""
     name = report.get("mechanism")
     if name == NON_PRIVATE:
         return None
     if isinstance(name, str) and name in _REGISTRY:
         return _REGISTRY[name]
-    if isinstance(name, str) and name.startswith("local_"):
-        raise PrivacyError(f"{where}: unknown local mechanism {name!r}")
-    return get("subsampled_gaussian")
+    named = report.get("mechanism_id")
+    if named is None and isinstance(name, str):
+        named = next((m.name for m in _REGISTRY.values() if name.startswith(m.legacy_descriptions)), None)
+    if isinstance(named, str) and named in _REGISTRY:
+        return _REGISTRY[named]
+    said = f"mechanism {name!r}" + (f" (mechanism_id {named!r})" if named is not None else "")
+    raise PrivacyError(f"{where}: unknown privacy {said}: no registered mechanism (known: {', '.join(_REGISTRY)}) "
+                       "accounts it; refusing it")
 
 
 def local(config_name: str) -> LocalNoise:
@@ -99,6 +108,11 @@ def local(config_name: str) -> LocalNoise:
         raise PrivacyError(f"unknown local mechanism {config_name!r} (known: {', '.join(known)})"
                            f"{did_you_mean(config_name, known)}")
     return known[config_name]
+
+
+def local_names() -> tuple[str, ...]:
+    """Every local mechanism's ``config_name`` (the ``local: mechanism:`` choices), in registration order."""
+    return tuple(m.config_name for m in _REGISTRY.values() if isinstance(m, LocalNoise))
 
 
 def calculators() -> dict[str, CentralMechanism]:

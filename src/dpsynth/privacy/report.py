@@ -53,6 +53,8 @@ class PrivacyReport:
     shards: int | None = None
     clip: float | None = None
     target_epsilon: float | None = None
+    #: the registered mechanism (``privacy.mechanisms``) when ``mechanism`` is a description, not its name
+    mechanism_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     noise: dict[str, Any] = field(default_factory=dict)  # NoiseSource.describe(): secret or reproducible
     versions: dict[str, str] = field(default_factory=library_versions)
@@ -131,7 +133,7 @@ def dp_sgd_report(
     return PrivacyReport(
         mechanism=mechanism, sigma=sigma, delta=delta, epsilon=flatten_epsilon(eps), headline="rdp_classic",
         steps=steps, q=q, sampling=sampling, dataset_size=dataset_size, batch_size=batch_size,
-        clip=clip, target_epsilon=target_epsilon, extra=dict(extra or {}),
+        clip=clip, target_epsilon=target_epsilon, mechanism_id="subsampled_gaussian", extra=dict(extra or {}),
     )
 
 

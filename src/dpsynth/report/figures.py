@@ -212,6 +212,8 @@ def training_curves(params: Params, models: Path, out_dir: Path) -> list[Path]:
             out.append(_placeholder(png, f"training: {name}", f"{log}: no curves (columns {list(df)})"))
             continue
         labels = {"epsilon": "ε spent (headline accountant)", "loss": "loss", "steps_per_s": "steps/s"}
+        if "epsilon_label" in df and df["epsilon_label"].notna().any():  # the run's privacy label (loop.labelled_log)
+            labels["epsilon"] += f"\n[{df['epsilon_label'].dropna().iloc[0]}]"
         fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
         fig.subplots_adjust(wspace=0.4)
         for ax, col in zip(axes[0], panels):

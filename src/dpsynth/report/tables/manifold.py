@@ -12,14 +12,15 @@ from typing import Any
 import pandas as pd
 
 from dpsynth.config import Experiment, Params, Table
+from dpsynth.privacy import mechanisms
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import NOT_REPORTED, NOT_RUN, PLOT_ONLY, Run, RunStore, scale_cell
 from dpsynth.report.tables.common import BuiltTable
 from dpsynth.report.tables.notes import _ours, _scale_notes
 from dpsynth.report.tables.w2 import entropic_claim, w2_cell, w2_of
 
-#: The rows (mechanisms) top to bottom and the columns (losses) left to right, as the paper draws them.
-MECHANISMS = ("laplace", "gaussian")
+#: The columns (losses) left to right, as the paper draws them; the rows top to bottom are the registry's local
+#: mechanisms in registration order (``privacy.mechanisms.local_names``: Laplace, then Gaussian).
 LOSSES = ("entropic", "exact")
 #: The paper's claim for each row of Figs. 1, 6, 7, checked by ``entropic_claim``.
 CLAIM = ("the generator trained with the entropic p-Wasserstein loss (temperature matched to the noise) learns "
@@ -31,13 +32,11 @@ def mechanism_label(exp: Experiment) -> str:
     local = exp.local
     assert local is not None
     delta = f", δ={local.delta:g}" if local.delta is not None else ""
-    return f"{local.mechanism.capitalize()} ε={local.epsilon:g}{delta}"
+    return f"{mechanisms.local(local.mechanism).title} ε={local.epsilon:g}{delta}"
 
 
 def loss_label(exp: Experiment) -> str:
     """``entropic 1-W`` / ``unregularized 2-W``: a column's name (p matched to the mechanism)."""
-    from dpsynth.privacy import mechanisms
-
     assert exp.local is not None
     p = getattr(exp.hparams, "cost_p", None) or mechanisms.local(exp.local.mechanism).matched_p
     kind = "entropic" if exp.hparams.loss == "entropic" else "unregularized"  # type: ignore[attr-defined]
@@ -69,7 +68,7 @@ def _manifold_table(name: str, table: Table, params: Params, store: RunStore) ->
     panels: list[dict[str, Any]] = []
     claim_rows: list[dict[str, Any]] = []
     runs: list[Run | None] = []
-    rows = [m for m in MECHANISMS if any(k[0] == m for k in by_cell)]
+    rows = [m for m in mechanisms.local_names() if any(k[0] == m for k in by_cell)]
     row_names: dict[int, str] = {}
     for r, mech in enumerate(rows):
         for c, loss in enumerate(LOSSES):

@@ -32,15 +32,22 @@ CLAIM = ("wavelet denoising does not recover the privatized images, and neither 
 
 
 def column_of(exp: Experiment) -> str:
-    """Which of the three generator columns an experiment fills (the wavelet method, or the entropic
-    method's loss)."""
-    if exp.spec.name == "wavelet_wgan":
+    """Which of the three generator columns an experiment fills, read from its method's spec (never its name):
+    an approximately private method (the wavelet baseline), or a noise-matched loss's column by that loss."""
+    if exp.spec.approximately_private:
         return "wavelet"
     loss = getattr(exp.hparams, "loss", None)
-    if loss not in ("exact", "entropic"):
-        raise ValueError(f"a kind: wavelet table takes wavelet_wgan runs and entropic_wgan runs with loss exact or "
-                         f"entropic, not {exp.method} with loss {loss!r}")
+    if not exp.spec.noise_matched_loss or loss not in ("exact", "entropic"):
+        raise ValueError(f"a kind: wavelet table takes approximately private runs ({_methods('approximately_private')}) "
+                         f"and runs with a noise-matched loss exact or entropic ({_methods('noise_matched_loss')}), "
+                         f"not {exp.method} with loss {loss!r}")
     return str(loss)
+
+
+def _methods(prop: str) -> str:
+    from dpsynth.config.methods import METHOD_SPECS
+
+    return ", ".join(n for n, spec in METHOD_SPECS.items() if getattr(spec, prop))
 
 
 def row_key(exp: Experiment) -> tuple[str, float, float | None]:
@@ -81,7 +88,7 @@ def _wavelet_table(name: str, table: Table, params: Params, store: RunStore) -> 
                 w2s[col] = w2
             # a run's label is its report's (privacy_label), never its method's name; before it runs, what it will be
             label = privacy_label(run.privacy) if run is not None else \
-                APPROXIMATE_LABEL if col == "wavelet" else None
+                APPROXIMATE_LABEL if exp.spec.approximately_private else None
             privacy = "local DP (privatized records only)" if label is None else \
                 APPROXIMATELY_PRIVATE if label == APPROXIMATE_LABEL else label
             records.append({"Mechanism": mechanism_label(exp), "Paper's epsilon": paper_epsilon(run, exp),

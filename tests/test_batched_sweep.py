@@ -155,7 +155,8 @@ def test_the_packed_sweep_runs_under_the_runs_gpu_levers(data, mode):
 def test_one_member_is_the_single_run_bit_for_bit(data):
     """The packed step of ONE member is exactly a run's step (issue 42: one step class, K = 1 is today's
     run): two float32 private steps with the mixed cost equal, bit for bit (torch.equal), the run's
-    sequence written out here from its plain pieces -- Poisson batch, latents then labels, the forward,
+    sequence written out here from its plain pieces -- Poisson batch, latents then n labels (the n' extra
+    images take the first n' of them), the forward,
     the member's WholeBatchSanitizer, the unbatched solve, backward, Adam. (A member axis of size one in
     the solve would round the gradient differently: ~6e-8 in float32, measured.) A sweep of one built
     from the sweep's settings is that same run."""
@@ -176,7 +177,8 @@ def test_one_member_is_the_single_run_bit_for_bit(data):
     for _ in range(2):
         xs, ys, w, _ = poisson_batch(x, y, spec.q, gens["data"])
         z = G.sample_latent(spec.n + spec.n_extra, gens["model"])
-        labels = G.sample_labels(spec.n + spec.n_extra, gens["model"])
+        labels = G.sample_labels(spec.n, gens["model"])
+        labels = torch.cat([labels, labels[:spec.n_extra]])  # the n' extra images: the first n' labels
         imgs = san.attach(fast_forward(G, z, labels))
         loss = step_loss(spec, cost, embed_points(imgs, labels, 10, spec.alpha_c), embed_points(xs, ys, 10, spec.alpha_c), w)
         opt.zero_grad(set_to_none=False)

@@ -115,4 +115,10 @@ def test_each_job_asks_for_the_threads_it_runs(workflow: Path, scale: str) -> No
     for rule, threads, _ in jobs(workflow, f"scale={scale}", THREADS):
         asked.setdefault(rule, set()).add(threads)
     assert THREADED_RULES <= set(asked), sorted(asked)
+    # a W2-vs-noise job trains its runs in `workers` processes of `threads` each (w2_noise.<dataset>.workers)
+    from dpsynth.config import load_params
+
+    sweeps = load_params(workflow / "params.yaml").w2_noise
+    w2 = asked.pop("w2_noise")
+    assert w2 <= {3 * s.workers for s in sweeps.values()} and 3 in w2, w2
     assert asked == {rule: {3} if rule in THREADED_RULES else {1} for rule in asked}

@@ -87,7 +87,8 @@ def stage_settings(params: Params, stage: str, name: str) -> dict[str, Any]:
         data = params.data.model_dump(mode="json", exclude_defaults=True, exclude={"public"})
         return {"stage": stage, "dataset": name, "data": data}
     if stage == "w2_noise":
-        sweep = params.w2_noise[name].model_dump(mode="json", exclude_defaults=True)
+        # workers only says how many processes train the runs: the rows do not depend on it
+        sweep = params.w2_noise[name].model_dump(mode="json", exclude_defaults=True, exclude={"workers"})
         return {**common, **run, "dataset": name, "sweep": sweep, "preset": _pick(params.preset, _W2)}
     if stage == "evaluate_real":
         return {**common, **run, "dataset": name, "evaluation": evaluation,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
-           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "warmstart_dir",
+           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_runs_dir", "warmstart_dir",
            "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
 
 RUNS = "runs"
@@ -119,6 +119,12 @@ def w2_train_file(private: str | Path, experiment: str) -> Path:
     "train" curve): a statistic of the private records without noise, so under the PRIVATE root, beside the
     run's checkpoint, and in no released file (``release_rule``)."""
     return private_run_dir(private, experiment) / "w2_train.json"
+
+
+def w2_noise_runs_dir(private: str | Path, dataset: str) -> Path:
+    """The W2-vs-noise sweep's finished runs (one row each), so an interrupted sweep resumes: under the
+    PRIVATE root, as a training run's checkpoint is (trained on the clean records with seeded noise)."""
+    return Path(private) / W2_NOISE / dataset
 
 
 def fid_reference_dir(private: str | Path) -> Path:

@@ -72,7 +72,8 @@ rule w2_noise:
         "logs/w2_noise/{dataset}.log",
     benchmark:
         "benchmarks/jobs/w2_noise/{dataset}.tsv"
-    threads: cpu_threads("w2_noise")
+    # its runs train in w2_noise.<dataset>.workers processes of `threads` each (the stage's pool)
+    threads: lambda wildcards: cpu_threads("w2_noise") * PARAMS.w2_noise[wildcards.dataset].workers
     params:
         run_params=RUN_PARAMS,
         fingerprint=fp("w2_noise"),

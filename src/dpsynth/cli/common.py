@@ -25,10 +25,15 @@ __all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_json_arg", "add_params_arg", "i
            "positive_int", "seed_arg"]
 
 
+#: config.base.ScaleName's values, spelt out here so parsing a command imports no pydantic
+#: (tests/test_config.py holds the two equal)
+SCALE_CHOICES = ("smoke", "quick", "paper", "paper_cpu")
+
+
 def add_params_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default=None, metavar="FILE",
                    help=f"parameters file (default: ./{DEFAULT_PARAMS} when present)")
-    p.add_argument("--scale", choices=("smoke", "quick", "paper"), default=None,
+    p.add_argument("--scale", choices=SCALE_CHOICES, default=None,
                    help="override the scale in the parameters file")
 
 

@@ -3,11 +3,14 @@ error becomes the one line a user reads (the key path and the reason)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-ScaleName = Literal["smoke", "quick", "paper"]
+# paper_cpu: the papers' training settings for the runs whose models fit a 2-core CPU (Reshetova et al.'s MNIST
+# MLP, Figs. 5 and 11: the `reshetova_mnist` target), with the quick scale's evaluation sizes.
+ScaleName = Literal["smoke", "quick", "paper", "paper_cpu"]
+SCALE_NAMES: tuple[str, ...] = get_args(ScaleName)
 OptimizerName = Literal["adam", "sgd", "rmsprop"]
 
 _NAME_RE = r"^[A-Za-z][A-Za-z0-9_.\-]*$"

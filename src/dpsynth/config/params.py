@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from dpsynth.config.base import KeyedValueError, Name, ScaleName, Strict
+from dpsynth.config.base import SCALE_NAMES, KeyedValueError, Name, ScaleName, Strict
 from dpsynth.config.experiment import Experiment, Sweep, expand_sweep
 from dpsynth.config.methods import METHOD_SPECS
 from dpsynth.config.scales import ScalePreset
@@ -89,9 +89,23 @@ class W2NoiseSweep(Strict):
     lr: float = Field(default=1e-4, gt=0, allow_inf_nan=False)
     sinkhorn_iters: int = Field(default=200, gt=0)
     n_eval: int = Field(default=1000, gt=1, description="records per side of the exact-OT W2")
+    check_noise_level: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="one of noise_levels: each loss is also trained there "
+        "at twice the steps (rows with role step_check), the evidence that `steps` has converged (the report "
+        "checks that no W2 moves by more than 5 %)")
+    workers: int = Field(default=1, ge=1, le=64, description="processes that train the sweep's runs side by side "
+                         "(each with params `threads` torch threads; the rows do not depend on it, so it is not "
+                         "in the job's fingerprint, and the Snakemake job asks for threads x workers cores)")
     scales: list[ScaleName] | None = Field(default=None, description="scales at which the sweep trains (None: "
                                            "every scale); at any other scale its stage writes an empty result "
                                            "that says so (the MNIST sweep is hours on a CPU)")
+
+    @model_validator(mode="after")
+    def _check_level_is_a_level(self) -> "W2NoiseSweep":
+        if self.check_noise_level is not None and self.check_noise_level not in self.noise_levels:
+            raise KeyedValueError("check_noise_level", f"{self.check_noise_level:g} is not one of noise_levels "
+                                  f"{self.noise_levels}")
+        return self
 
     @field_validator("noise_levels", "losses", "scales")
     @classmethod
@@ -177,7 +191,7 @@ class Params(Strict):
         for name in self.datasets:
             if name not in DATASETS:
                 raise KeyedValueError("datasets", unknown_dataset_message(name))
-        missing = [s for s in ("smoke", "quick", "paper") if s not in self.scales]
+        missing = [s for s in SCALE_NAMES if s not in self.scales]
         if missing:
             raise KeyedValueError("scales", f"missing preset(s) {missing}")
         for ename, exp in self.experiments.items():

@@ -57,8 +57,18 @@ class Table(Strict):
         "(GS-WGAN Table 1: classifier IS, FID against the training split, a 12-model zoo, Avg and Calibrated "
         "Acc). The evaluate jobs of this table's runs and real-data rows compute it (sizes: the scale's "
         "gs_wgan_eval), and the table shows its columns; a methods table only")
+    step_check: Name | None = Field(
+        default=None, description="train_size: an experiment equal to one of the sweep's cells (the same "
+        "train_size) but trained at twice its steps; the table compares the two W2 values (the step count's "
+        "criterion: at most 5 % apart)")
     notes: list[str] = Field(default_factory=list, description="ours about this table (a deviation from the "
                              "papers, the papers disagreeing with each other); printed under the table")
+
+    @model_validator(mode="after")
+    def _step_check_kind(self) -> "Table":
+        if self.step_check is not None and self.kind != "train_size":
+            raise ValueError(f"step_check is for a train_size table, not kind {self.kind}")
+        return self
 
     @model_validator(mode="after")
     def _protocol_kind(self) -> "Table":

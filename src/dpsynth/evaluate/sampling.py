@@ -57,6 +57,8 @@ def generate(G: torch.nn.Module, meta: dict[str, Any], n: int, seed: int) -> tup
         if not bool(torch.isfinite(x).all()):
             raise DpsynthError(f"generator emitted NaN/Inf values (batch starting at sample {start}); "
                                f"no synthetic data written")
+        if "record_shape" in meta:  # a flat generator (Reshetova et al.'s MLP on MNIST) stored as images
+            x = x.reshape(len(lab), *(int(s) for s in meta["record_shape"]))
         out.append(to_storage(x.cpu(), meta["output_range"]))
     return np.concatenate(out), labels
 

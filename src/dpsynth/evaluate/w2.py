@@ -15,13 +15,16 @@ Records live in the method's record space (``entropic_wgan.to_records``: images 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpsynth.errors import ConfigError, DataError
 
-__all__ = ["w2_distance", "entropic_w2", "w2_to_clean", "noise_sweep", "SWEEP_LOSSES"]
+__all__ = ["w2_distance", "entropic_w2", "w2_to_clean", "noise_sweep", "sweep_runs", "level_stats", "train_and_score",
+           "NoiseRun", "SWEEP_LOSSES"]
 
 SWEEP_LOSSES = ("entropic", "exact", "sinkhorn_divergence")
 
@@ -82,7 +85,7 @@ def entropic_w2(x: np.ndarray, y: np.ndarray, temperature: float, *, n: int | No
     x, y = _pair(x, y, n, seed, "entropic W2")
     with torch.no_grad():
         value = entropic_ot(torch.from_numpy(x).float(), torch.from_numpy(y).float(), eps=float(temperature),
-                            n_iter=400, scaling=0.5)
+                            n_iter=400, scaling=0.5, cache_kernel=True)
     return float(value)
 
 
@@ -93,6 +96,92 @@ def w2_to_clean(generator: Any, clean: np.ndarray, *, n: int = 1000, seed: int =
     clean_rec = to_records(clean)
     gen = sample_records(generator, n, seed)
     return {"w2": w2_distance(gen, clean_rec, n=n, seed=seed), "n": n, "seed": seed}
+
+
+@dataclass(frozen=True)
+class NoiseRun:
+    """One generator of the W2-vs-noise sweep (picklable: a worker process may train it). ``role``
+    is ``figure`` (a point of Fig. 5) or ``step_check`` (the same run at twice the steps: the
+    evidence that the figure's step count has converged)."""
+
+    loss: str
+    noise_std: float
+    level: int  # index of the noise level in the sweep: seeds that level's privatization noise
+    steps: int
+    role: str = "figure"
+
+
+def sweep_runs(noise_levels: Sequence[float], losses: Sequence[str], steps: int,
+               check_level: float | None = None) -> list[NoiseRun]:
+    """Every run of the sweep, in the CSV's order: each (noise level, loss) at ``steps``, then, with
+    ``check_level``, each loss at that noise level at ``2 * steps``."""
+    levels = [float(s) for s in noise_levels]
+    runs = [NoiseRun(loss, s, k, steps) for k, s in enumerate(levels) for loss in losses]
+    if check_level is not None:
+        if float(check_level) not in levels:
+            raise ConfigError(f"check_noise_level {check_level!r} is not one of the noise levels {levels}")
+        k = levels.index(float(check_level))
+        runs += [NoiseRun(loss, levels[k], k, 2 * steps, "step_check") for loss in losses]
+    return runs
+
+
+def _privatized(train: np.ndarray, s: float, seed: int, level: int) -> np.ndarray:
+    """The training records privatized with N(0, s^2) per coordinate (no projection, as in §4.5):
+    seeded by (seed, level), so every run of one level -- in any process -- sees the same noise."""
+    return train + np.random.default_rng([seed, level]).normal(0.0, float(s), train.shape)
+
+
+def _held_out(ref: np.ndarray, s: float, seed: int, level: int, n_eval: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fig. 5 (right)'s validation records: held-out records privatized with their own noise, and other
+    held-out records, clean (the same ones would sit next to their own noisy copies and read low)."""
+    perm = np.random.default_rng([seed, level, 2]).permutation(len(ref))
+    h = min(n_eval, len(ref) // 2)
+    noisy = ref[perm[:h]] + np.random.default_rng([seed, level, 1]).normal(0.0, float(s), (h, ref.shape[1]))
+    return noisy, ref[perm[h:2 * h]]
+
+
+def level_stats(clean_train: np.ndarray, clean_ref: np.ndarray, s: float, level: int, *, seed: int,
+                n_eval: int) -> dict[str, float]:
+    """What one noise level gives without a generator: the W2 of the privatized records themselves to
+    the clean held-out ones (what a generator that learnt the noise gets) and the entropic W2 of clean
+    held-out records to the privatized held-out ones (what the clean distribution gets, Fig. 5 right)."""
+    from dpsynth.methods.entropic_wgan import to_records
+
+    train, ref = to_records(clean_train), to_records(clean_ref)
+    noisy_ref, clean_ref_h = _held_out(ref, s, seed, level, n_eval)
+    return {"w2_privatized_data": w2_distance(_privatized(train, s, seed, level), ref, n=n_eval, seed=seed),
+            "entropic_w2_privatized_clean": entropic_w2(clean_ref_h, noisy_ref, 2.0 * float(s) ** 2, n=None)}
+
+
+def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarray, settings: dict[str, Any],
+                    on_step: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Train ``run``'s generator on its privatized records (cost ``||x-y||^2``, temperature
+    ``2 s^2``) and score it: W2 to the clean held-out records and the entropic W2 to the privatized
+    held-out ones. Depends only on its arguments (seeded), so it gives the same row in any process."""
+    import time
+
+    from dpsynth.config import EntropicWGANHparams
+    from dpsynth.methods.entropic_wgan import LossSpec, fit, sample_records, to_records
+
+    st = settings
+    train, ref = to_records(clean_train), to_records(clean_ref)
+    shape = tuple(np.asarray(clean_train).shape[1:])
+    lam = 2.0 * run.noise_std**2
+    hp = EntropicWGANHparams(batch_size=st["batch_size"], lr=st["lr"], optimizer=st["optimizer"],  # type: ignore[arg-type]
+                             generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
+    spec = LossSpec(loss=run.loss, p=2, temperature=lam, n_iter=st["sinkhorn_iters"], scaling=st["sinkhorn_scaling"])
+    t0 = time.perf_counter()
+    noisy = _privatized(train, run.noise_std, st["seed"], run.level)
+    gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=st["seed"], on_step=on_step)
+    del noisy
+    n_eval = st["n_eval"]
+    fake = sample_records(gen, n_eval, st["seed"] + 1)
+    noisy_ref, _ = _held_out(ref, run.noise_std, st["seed"], run.level, n_eval)
+    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role,
+            "w2": w2_distance(fake, ref, n=n_eval, seed=st["seed"]),
+            "entropic_w2_privatized": entropic_w2(fake[:len(noisy_ref)], noisy_ref, lam, n=None),
+            "temperature": lam, "steps": run.steps, "batch_size": st["batch_size"], "seed": st["seed"],
+            "n_eval": n_eval, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def noise_sweep(
@@ -110,6 +199,10 @@ def noise_sweep(
     sinkhorn_scaling: float | None = None,
     seed: int = 0,
     n_eval: int = 1000,
+    check_level: float | None = None,
+    workers: int = 1,
+    threads: int = 1,
+    cache_dir: str | Path | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -117,55 +210,121 @@ def noise_sweep(
     N(0, s^2) per coordinate (no projection, as in §4.5), train a generator with cost
     ``||x-y||_2^2`` and temperature ``2 s^2``, and measure W2 to ``clean_ref``.
 
-    Returns one row per (loss, noise level): ``loss, noise_std, w2, w2_privatized_data``
-    (the W2 of the noisy records themselves: what a generator that learnt the noise gets),
-    Fig. 5's right panel ``entropic_w2_privatized`` -- ``W_{2,2s^2}`` from the generator to
-    held-out privatized records (``clean_ref`` plus fresh noise, which no generator saw) -- and
-    ``entropic_w2_privatized_clean``, the same for the clean held-out records themselves (the
-    value a generator equal to the clean distribution would get; by Reshetova et al. eq. 16 the excess
-    over it bounds the smoothed KL), plus the settings. Defaults are §4.5's (MLP 2x500, latent
-    U[0,1]^2, L = 200, b = 200).
-    ``on_row`` sees each row as soon as it exists, ``on_step`` every generator step (progress).
+    Returns one row per run of :func:`sweep_runs` (each (loss, noise level), then the step check):
+    ``loss, noise_std, role, w2, w2_privatized_data`` (the W2 of the noisy records themselves: what a
+    generator that learnt the noise gets), Fig. 5's right panel ``entropic_w2_privatized`` --
+    ``W_{2,2s^2}`` from the generator to held-out privatized records (``clean_ref`` plus fresh noise,
+    which no generator saw) -- and ``entropic_w2_privatized_clean``, the same for the clean held-out
+    records themselves (the value a generator equal to the clean distribution would get; by Reshetova
+    et al. eq. 16 the excess over it bounds the smoothed KL), plus the settings. Defaults are §4.5's
+    (MLP 2x500, latent U[0,1]^2, L = 200, b = 200).
+
+    ``workers`` > 1 trains the runs in that many processes side by side (each with ``threads`` torch
+    threads): the rows are the same as with one (every run is seeded by itself). ``cache_dir`` keeps
+    each finished run's row (keyed by everything it depends on), so an interrupted sweep resumes with
+    the runs it had not finished. ``on_row`` sees each row as soon as it exists, ``on_step`` every
+    generator step of a run trained in this process (progress).
     """
-    import time
-
-    from dpsynth.config import EntropicWGANHparams
-    from dpsynth.methods.entropic_wgan import LossSpec, fit, sample_records, to_records
-
     bad = [loss for loss in losses if loss not in SWEEP_LOSSES]
     if bad or not losses:
         raise ConfigError(f"noise_sweep: losses must be a non-empty subset of {list(SWEEP_LOSSES)}, got {list(losses)}")
     if not noise_levels or any(not np.isfinite(s) or s <= 0 for s in noise_levels):
         raise ConfigError(f"noise_sweep: noise levels must be finite and > 0, got {list(noise_levels)}")
-    train = to_records(clean_train)
-    ref = to_records(clean_ref)
-    shape = tuple(np.asarray(clean_train).shape[1:])
-    hp = EntropicWGANHparams(batch_size=batch_size, lr=lr, optimizer=optimizer, generator=generator)  # type: ignore[arg-type]
-    rows: list[dict[str, Any]] = []
-    for k, s in enumerate(noise_levels):
-        noisy = train + np.random.default_rng([seed, k]).normal(0.0, float(s), train.shape)
-        base = w2_distance(noisy, ref, n=n_eval, seed=seed)
-        lam = 2.0 * float(s) ** 2
-        # The right panel's validation set: held-out records privatized with their own noise; the
-        # clean baseline uses other held-out records (the same ones would sit next to their own
-        # noisy copies and read low).
-        perm = np.random.default_rng([seed, k, 2]).permutation(len(ref))
-        h = min(n_eval, len(ref) // 2)
-        noisy_ref = ref[perm[:h]] + np.random.default_rng([seed, k, 1]).normal(0.0, float(s), (h, ref.shape[1]))
-        clean_ent = entropic_w2(ref[perm[h:2 * h]], noisy_ref, lam, n=None)
-        for loss in losses:
-            spec = LossSpec(loss=loss, p=2, temperature=2.0 * float(s) ** 2, n_iter=sinkhorn_iters,
-                            scaling=sinkhorn_scaling)
-            t0 = time.perf_counter()
-            gen = fit(noisy, shape, spec, hp.model_copy(update={"loss": loss}), steps=steps, seed=seed,
-                      on_step=on_step)
-            fake = sample_records(gen, n_eval, seed + 1)
-            w2 = w2_distance(fake, ref, n=n_eval, seed=seed)
-            ent = entropic_w2(fake[:h], noisy_ref, lam, n=None)
-            rows.append({"loss": loss, "noise_std": float(s), "w2": w2, "w2_privatized_data": base,
-                         "entropic_w2_privatized": ent, "entropic_w2_privatized_clean": clean_ent,
-                         "temperature": spec.temperature, "steps": steps, "batch_size": batch_size,
-                         "seed": seed, "n_eval": n_eval, "seconds": round(time.perf_counter() - t0, 2)})
-            if on_row is not None:
-                on_row(rows[-1])
-    return rows
+    runs = sweep_runs(noise_levels, losses, steps, check_level)
+    settings = {"generator": generator, "batch_size": batch_size, "lr": lr, "optimizer": optimizer,
+                "sinkhorn_iters": sinkhorn_iters, "sinkhorn_scaling": sinkhorn_scaling, "seed": seed, "n_eval": n_eval}
+    cache = _RowCache(cache_dir, settings, clean_train, clean_ref) if cache_dir is not None else None
+    stats: dict[int, dict[str, float]] = {}
+
+    def finish(run: NoiseRun, row: dict[str, Any]) -> dict[str, Any]:
+        if run.level not in stats:
+            stats[run.level] = level_stats(clean_train, clean_ref, run.noise_std, run.level, seed=seed, n_eval=n_eval)
+        row = {**row, **stats[run.level]}
+        if on_row is not None:
+            on_row(row)
+        return row
+
+    done: dict[int, dict[str, Any]] = {}
+    for i, run in enumerate(runs):
+        row = cache.get(run) if cache is not None else None
+        if row is not None:
+            done[i] = finish(run, row)
+    todo = [i for i in range(len(runs)) if i not in done]
+    if workers <= 1 or len(todo) <= 1:
+        for i in todo:
+            row = train_and_score(runs[i], clean_train, clean_ref, settings, on_step)
+            if cache is not None:
+                cache.put(runs[i], row)
+            done[i] = finish(runs[i], row)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: a fresh interpreter per worker (fork would copy torch's thread pools mid-use)
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init, initargs=(clean_train, clean_ref, threads)) as pool:
+            futures = {pool.submit(_worker_run, runs[i], settings): i for i in todo}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                row = fut.result()
+                if cache is not None:
+                    cache.put(runs[i], row)
+                done[i] = finish(runs[i], row)
+    return [done[i] for i in range(len(runs))]
+
+
+_WORKER_DATA: dict[str, Any] = {}
+
+
+def _worker_init(clean_train: np.ndarray, clean_ref: np.ndarray, threads: int) -> None:
+    """A sweep worker: the records once per process, torch and the BLAS pools at ``threads``."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    threadpool_limits(limits=threads)
+    _WORKER_DATA.update(train=clean_train, ref=clean_ref)
+
+
+def _worker_run(run: NoiseRun, settings: dict[str, Any]) -> dict[str, Any]:
+    return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings)
+
+
+class _RowCache:
+    """Finished rows of a sweep, one JSON file per run, named by a hash of everything the row depends
+    on (the run, the settings, the records' bytes): a re-run with any of them changed misses."""
+
+    def __init__(self, folder: str | Path, settings: dict[str, Any], train: np.ndarray, ref: np.ndarray) -> None:
+        import hashlib
+
+        self.folder = Path(folder)
+        digest = hashlib.sha256()
+        for arr in (train, ref):
+            a = np.ascontiguousarray(arr)
+            digest.update(f"{a.dtype}{a.shape}".encode())
+            digest.update(a.tobytes())
+        self.base = {"settings": settings, "records": digest.hexdigest()}
+
+    def _path(self, run: NoiseRun) -> Path:
+        import hashlib
+        import json
+        from dataclasses import asdict
+
+        key = json.dumps({**self.base, "run": asdict(run)}, sort_keys=True)
+        return self.folder / f"{run.role}-{run.loss}-s{run.noise_std:g}-{run.steps}-" \
+            f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+    def get(self, run: NoiseRun) -> dict[str, Any] | None:
+        import json
+
+        try:
+            row = json.loads(self._path(run).read_text())
+        except (OSError, ValueError):
+            return None
+        return row if isinstance(row, dict) and "w2" in row else None
+
+    def put(self, run: NoiseRun, row: dict[str, Any]) -> None:
+        from dpsynth.io import write_json
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_json(self._path(run), row)

@@ -21,20 +21,27 @@ from dpsynth.stages.common import prepare_cpu
 if TYPE_CHECKING:
     from dpsynth.config import Params
 
-FIELDS = ("loss", "noise_std", "seed", "w2", "w2_privatized_data", "entropic_w2_privatized",
+FIELDS = ("loss", "noise_std", "role", "seed", "w2", "w2_privatized_data", "entropic_w2_privatized",
           "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
 
 
-def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: str | None = None) -> int:
+#: The step count is chosen by this criterion (issue-level, checked by the report on the step-check rows):
+#: twice the steps move no W2 by more than this fraction.
+STEP_CHECK_TOLERANCE = 0.05
+
+
+def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: str | None = None,
+                private_out: str = "private") -> int:
     """Run ``w2_noise.<dataset>`` (or, at a scale it is not configured for, write its empty result
-    saying so) into RESULTS/w2_noise/DATASET.csv (+ .json), or ``out`` and the .json beside it."""
+    saying so) into RESULTS/w2_noise/DATASET.csv (+ .json), or ``out`` and the .json beside it.
+    Finished runs are kept under PRIVATE_OUT/w2_noise/DATASET/, so an interrupted sweep resumes."""
     import numpy as np
     import pandas as pd
 
     from dpsynth.data import load_processed
-    from dpsynth.evaluate.w2 import noise_sweep
+    from dpsynth.evaluate.w2 import noise_sweep, sweep_runs
     from dpsynth.io import atomic_open, write_json
-    from dpsynth.paths import w2_noise_csv
+    from dpsynth.paths import w2_noise_csv, w2_noise_runs_dir
     from dpsynth.progress import Progress
 
     prepare_cpu(params)
@@ -59,9 +66,10 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     data = load_processed(Path(params.data.root) / "processed" / f"{dataset}.npz")
     t0 = time.perf_counter()
     rows: list[dict] = []
-    # one line every few seconds over all (seed, noise, loss) generators, between the per-row lines
-    bar = Progress(len(params.seeds) * len(cfg.noise_levels) * len(cfg.losses) * steps, f"w2noise {dataset}",
-                   bar=False)
+    runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level)
+    # one line every few seconds over all (seed, run) generators, between the per-row lines (with workers,
+    # a run's steps count when its row arrives)
+    bar = Progress(len(params.seeds) * sum(r.steps for r in runs), f"w2noise {dataset}", bar=False)
     for seed in params.seeds:
         n = len(data.x_train)
         take = preset.w2_noise_train_subset
@@ -69,13 +77,19 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
             else np.arange(n)
 
         def show(row: dict) -> None:
-            print(f"w2noise {dataset}: seed {seed} noise {row['noise_std']:g} {row['loss']}: "
-                  f"W2 {row['w2']:.4f} (privatized data {row['w2_privatized_data']:.4f}; {row['seconds']:.1f} s)",
-                  flush=True)
+            if cfg.workers > 1:
+                bar.update(row["steps"])
+            check = " (step check)" if row["role"] == "step_check" else ""
+            print(f"w2noise {dataset}: seed {seed} noise {row['noise_std']:g} {row['loss']} {row['steps']} steps"
+                  f"{check}: W2 {row['w2']:.4f} (privatized data {row['w2_privatized_data']:.4f}; "
+                  f"{row['seconds']:.1f} s)", flush=True)
 
         for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
                                batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
-                               seed=seed, n_eval=cfg.n_eval, on_row=show, on_step=bar.update):
+                               seed=seed, n_eval=cfg.n_eval, check_level=cfg.check_noise_level,
+                               workers=cfg.workers, threads=params.threads,
+                               cache_dir=w2_noise_runs_dir(private_out, dataset),
+                               on_row=show, on_step=bar.update if cfg.workers == 1 else None):
             rows.append({**row, "n_train": len(idx), "scale": params.scale})
     bar.close()
     with atomic_open(csv_path) as fh:
@@ -83,6 +97,11 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     write_json(csv_path.with_suffix(".json"), {
         "dataset": dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
         "steps_this_scale": steps, "seeds": params.seeds, "clean_reference": "test split",
+        "step_check": None if cfg.check_noise_level is None else {
+            "noise_level": cfg.check_noise_level, "steps": 2 * steps, "tolerance": STEP_CHECK_TOLERANCE,
+            "criterion": f"each loss at noise {cfg.check_noise_level:g} trained at twice the steps ({2 * steps}) "
+                         f"moves its W2 to the clean data by at most {STEP_CHECK_TOLERANCE:.0%}"},
+        "workers": cfg.workers,
         "wall_seconds": round(time.perf_counter() - t0, 2)})
     print(f"w2noise {dataset}: {len(rows)} rows -> {csv_path} ({time.perf_counter() - t0:.1f} s)")
     return 0

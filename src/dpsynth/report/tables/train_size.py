@@ -97,6 +97,21 @@ def rate_claim(points: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CL
             f"{values}).")
 
 
+def _step_check_note(check: str, cells: Sequence[str], params: Params, store: RunStore) -> str:
+    """The table's ``step_check`` run beside the cell of the same n (the step count's criterion)."""
+    from dpsynth.report.tables.w2_claims import step_check
+
+    experiments = params.all_experiments()
+    n = experiments[check].train_size
+    twin = next((c for c in cells if experiments[c].train_size == n), None)
+    a, b = (w2_of(store.experiment(twin)) if twin else None), w2_of(store.experiment(check))
+    if twin is None or a is None or b is None:
+        return f"Step count: not checked ({check} or the n = {n} cell has no W2 yet)."
+    trained = (store.experiment(twin).metrics.get("train") or {})  # type: ignore[union-attr]
+    steps = int(trained.get("steps") or experiments[twin].hparams.max_steps or 0)
+    return step_check([(f"n={n:,} ({twin} vs {check})", a, b, steps)])
+
+
 def _train_size_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
     paper = paper_table(table.published, f"tables.{name}") if table.published else None
     paper_cell = PLOT_ONLY if paper is not None and paper.plot_only else NOT_REPORTED
@@ -130,6 +145,8 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                  + ('n/a (fewer than two n)' if slopes["test"] is None else f"{slopes['test']:+.3f}")
                  + "; the paper: -0.5 (1/sqrt(n)).")
     notes.append(rate_claim(df, figure=paper.table if paper is not None else name))
+    if table.step_check is not None:
+        notes.append(_step_check_note(table.step_check, cells, params, store))
     notes += _scale_notes(runs)
     frame = pd.DataFrame.from_records(records, columns=["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper",
                                                         "W2 to clean train (private)"])

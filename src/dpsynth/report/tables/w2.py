@@ -30,9 +30,11 @@ from dpsynth.report.tables.common import BuiltTable, _members
 from dpsynth.report.tables.notes import _ours
 
 
-def read_w2_csv(path: Path) -> pd.DataFrame:
+def read_w2_csv(path: Path, role: str = "figure") -> pd.DataFrame:
     """The W2-vs-noise sweep file: columns ``loss``, ``noise`` (or ``noise_std``), ``w2``;
-    optional ``w2_privatized_data``, ``seed``, ``steps``, ``scale``. One row per (loss, noise, seed)."""
+    optional ``w2_privatized_data``, ``seed``, ``steps``, ``scale``, ``role``. One row per (loss, noise, seed)
+    of ``role``: ``figure`` (Fig. 5's points; a file without the column holds only those) or ``step_check``
+    (the runs at twice the steps)."""
     try:
         df = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -44,7 +46,9 @@ def read_w2_csv(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: W2 sweep CSV lacks column(s) {missing} (has {list(df.columns)})")
     if len(df) and (not pd.api.types.is_numeric_dtype(df["noise"]) or not pd.api.types.is_numeric_dtype(df["w2"])):
         raise DataError(f"{path}: columns noise and w2 must be numeric")
-    return df
+    if "role" not in df.columns:
+        return df if role == "figure" else df.iloc[0:0]
+    return df[df["role"].fillna("figure") == role].reset_index(drop=True)
 
 
 def w2_skipped_reason(csv_path: Path) -> str | None:
@@ -149,7 +153,14 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
         notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)). The W2-vs-noise rows train on "
                      f"the clean training records with seeded, non-private noise: {OUTSIDE_GUARANTEE} (that file is "
                      "never pushed).")
+        from dpsynth.report.tables.w2_claims import privatized_claim, slope_claim, sweep_step_check
+
         notes.append(entropic_claim(df))
+        notes.append(slope_claim(df))
+        notes.append(privatized_claim(df))
+        checks = read_w2_csv(path, role="step_check")
+        if len(checks):
+            notes.append(sweep_step_check(df, checks))
         if "entropic_w2_privatized" in df:
             notes.append("Ours: the entropic W2 column is Fig. 5 (right): W_{2,λ} at λ = 2σ² (Reshetova et al. "
                          "(arXiv:2306.09547) eq. 8, squared units) from the generator to held-out test records "

@@ -263,6 +263,9 @@ def noise_sweep(
         # spawn: a fresh interpreter per worker (fork would copy torch's thread pools mid-use)
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn"),
                                  initializer=_worker_init, initargs=(clean_train, clean_ref, threads)) as pool:
+            # longest first (steps; the Sinkhorn divergence solves twice), so no worker idles at the end
+            cost = {"sinkhorn_divergence": 2.0}
+            todo.sort(key=lambda i: -runs[i].steps * cost.get(runs[i].loss, 1.0))
             futures = {pool.submit(_worker_run, runs[i], settings): i for i in todo}
             for fut in as_completed(futures):
                 i = futures[fut]

@@ -63,6 +63,9 @@ def test_dcgan_authors_init_is_pytorch_default_with_the_authors_conv2d_output() 
     arch = generator_arch(SimpleNamespace(experiment=SimpleNamespace(hparams=hp), data=data, name="t"))
     assert arch["kwargs"]["init"] == "authors"
     assert (arch["kwargs"]["latent_dim"], arch["kwargs"]["embed_dim"]) == (12, 4)
+    from dpsynth.bench.settings import DCGAN_MNIST
+
+    assert DCGAN_MNIST == arch  # the step benchmark times the generator the runs train
 
 
 def test_dcgan_unconditional_latent100_is_the_same_code() -> None:

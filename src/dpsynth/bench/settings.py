@@ -9,6 +9,6 @@ MNIST = {"batch_size": 50, "p": 0.2, "eps": 0.05, "alpha_c": 15.0, "clip": 0.5, 
          "weight_decay": 2e-5, "records": 60000, "num_classes": 10, "n_iter": 30, "scaling": 0.5}
 #: The paper's MNIST generator (DCGAN, 28x28, 10 classes): ``dp_sinkhorn.plan.generator_arch`` of dps_mnist.
 DCGAN_MNIST = {"name": "dcgan", "kwargs": {"latent_dim": 12, "num_classes": 10, "embed_dim": 4, "out_channels": 1,
-                                           "image_size": 28}}
+                                           "image_size": 28, "init": "authors"}}
 #: Steps of the paper's MNIST run (the DP-Sinkhorn ICLR submission: ~3.46 M steps at sigma 1.1, eps 10).
 PAPER_STEPS = 3_460_000

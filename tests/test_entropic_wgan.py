@@ -227,3 +227,15 @@ def test_privatize_and_train_through_the_cli(tmp_path: Path) -> None:
     report = read_json(tmp_path / "data" / "privatized" / "ew.json")
     privacy = read_json(tmp_path / "models" / "ew" / "privacy.json")
     assert privacy["sigma"] == pytest.approx(report["noise_scale"]) and privacy["epsilon"]["sound"] == report["epsilon"]
+
+
+def test_a_flat_generator_on_images_is_sampled_in_the_datasets_shape() -> None:
+    """Reshetova et al.'s MLP on MNIST emits 784-vectors; the synthetic set holds (N, 1, 28, 28) uint8 images, as
+    the evaluate stage (and any reader of an image dataset) expects -- it refused (N, 784) before."""
+    from dpsynth.evaluate.sampling import generate
+    from dpsynth.methods.entropic_wgan.fit import generator_arch
+    from dpsynth.nets import build_seeded_generator
+
+    gen = build_seeded_generator(generator_arch("mlp", (1, 28, 28)), 0, "cpu")
+    x, y = generate(gen, {"num_classes": 10, "output_range": "tanh", "record_shape": [1, 28, 28]}, 7, 0)
+    assert x.shape == (7, 1, 28, 28) and x.dtype == np.uint8 and y.shape == (7,)

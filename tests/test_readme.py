@@ -206,8 +206,12 @@ def test_the_first_screen_says_what_a_newcomer_needs() -> None:
         assert needed in first, needed
     assert re.search(r"\d+:\d\d on\s+2026-\d\d-\d\d", first), "the run's time with its date"
     section = README.split("## Reshetova et al. on MNIST at the paper's settings\n", 1)[1].strip().split("\n\n")[0]
-    assert section == ("A named target trains Figs. 5 and 11 of Reshetova et al. at the paper's own settings on "
-                       "the CPU; its command and time are in docs/reshetova-mnist.md.")
-    assert (REPO / "docs" / "reshetova-mnist.md").is_file()
+    # the named target: its command, its measured time with date and commit, where its committed results are
+    assert "make reshetova-mnist" in section and "reshetova_mnist" in (REPO / "Makefile").read_text()
+    assert re.search(r"\d+:\d\d on the 2-core machine \(2026-\d\d-\d\d, commit [0-9a-f]{7}\)", section), section
+    assert "docs/results/reshetova-mnist/" in section and "docs/reshetova-mnist.md" in section
+    for name in ("README.md", "local_privacy_w2_mnist.md", "reshetova_fig11_mnist.md", "w2_noise_mnist.png",
+                 "reshetova_fig11_mnist.png", "w2_noise_mnist.csv"):
+        assert (REPO / "docs" / "results" / "reshetova-mnist" / name).is_file(), name
     for word in ("landing", "the issue's"):
         assert not [n for n, t in PAGES.items() if word in t and n != "docs/deviations.md"], word

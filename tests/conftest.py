@@ -193,3 +193,20 @@ def smoke_pipelines(tmp_path_factory):  # type: ignore[no-untyped-def]
 
     (sm, sm_log), (dv, dv_log) = (_smoke_run(tmp_path_factory, r) for r in ("snakemake", "dvc"))
     return SmokePipelines(sm, dv, sm_log, dv_log)
+
+
+@pytest.fixture
+def private_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every load of a processed (private) dataset by an in-process stage (a refusal must come
+    before any: no record read, no budget spent)."""
+    import dpsynth.data.dataset as dataset
+
+    calls: list[str] = []
+    real = dataset.load_processed
+
+    def spy(path, *a, **k):  # type: ignore[no-untyped-def]
+        calls.append(str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(dataset, "load_processed", spy)
+    return calls

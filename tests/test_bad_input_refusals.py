@@ -54,22 +54,6 @@ def work(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return d
 
 
-@pytest.fixture
-def private_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every load of a processed (private) dataset by an in-process stage."""
-    import dpsynth.data.dataset as dataset
-
-    calls: list[str] = []
-    real = dataset.load_processed
-
-    def spy(path, *a, **k):  # type: ignore[no-untyped-def]
-        calls.append(str(path))
-        return real(path, *a, **k)
-
-    monkeypatch.setattr(dataset, "load_processed", spy)
-    return calls
-
-
 # --------------------------------------------------------------------------- dvc.lock damaged
 
 

@@ -64,28 +64,12 @@ def work(prepared: Path, tmp_path: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def no_private_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every load of a processed dataset (the private records) by an in-process stage."""
-    import dpsynth.data.dataset as dataset
-
-    calls: list[str] = []
-    real = dataset.load_processed
-
-    def spy(path, *a, **k):  # type: ignore[no-untyped-def]
-        calls.append(str(path))
-        return real(path, *a, **k)
-
-    monkeypatch.setattr(dataset, "load_processed", spy)
-    return calls
-
-
 # --------------------------------------------------------------------------- 1: --out is a file
 
 
 @pytest.mark.parametrize("flag", ["--out", "--private-out"])
 def test_an_output_that_is_a_file_is_refused_before_the_private_data_is_read(
-        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_private_reads: list[str],
+        work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], private_reads: list[str],
         flag: str) -> None:
     monkeypatch.chdir(work)
     Path("FILE").write_text("a file the user keeps\n")
@@ -93,19 +77,19 @@ def test_an_output_that_is_a_file_is_refused_before_the_private_data_is_read(
     rc = main([*TRAIN, flag, "FILE", *other])
     last = _one_line_failure(rc, capsys.readouterr().err)
     assert f"{flag} FILE: " in last and "is a file, not a directory" in last, last
-    assert no_private_reads == []  # nothing was read, so no budget was spent
+    assert private_reads == []  # nothing was read, so no budget was spent
     assert Path("FILE").read_text() == "a file the user keeps\n"
     assert not Path("priv").exists() and not Path("released").exists()
 
 
 def test_an_output_below_a_file_is_refused(work: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str], no_private_reads: list[str]) -> None:
+                                          capsys: pytest.CaptureFixture[str], private_reads: list[str]) -> None:
     monkeypatch.chdir(work)
     Path("FILE").write_text("x")
     rc = main([*TRAIN, "--out", "FILE/models", "--private-out", "priv"])
     last = _one_line_failure(rc, capsys.readouterr().err)
     assert "--out FILE/models: " in last and "is a file, so FILE/models cannot be a directory" in last, last
-    assert no_private_reads == []
+    assert private_reads == []
 
 
 # --------------------------------------------------------------------------- 2: read-only folders
@@ -245,12 +229,12 @@ def test_the_lock_is_exclusive_between_processes_and_free_after_use(tmp_path: Pa
 
 def test_out_elsewhere_needs_its_own_private_folder(work: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str],
-                                                    no_private_reads: list[str]) -> None:
+                                                    private_reads: list[str]) -> None:
     monkeypatch.chdir(work)
     rc = main([*TRAIN, "--out", "elsewhere/models"])
     last = _one_line_failure(rc, capsys.readouterr().err)
     assert "--out elsewhere/models needs --private-out DIR as well" in last, last
-    assert no_private_reads == [] and not Path("private").exists()
+    assert private_reads == [] and not Path("private").exists()
 
 
 def test_a_run_with_out_and_private_out_leaves_the_default_runs_checkpoint_alone(

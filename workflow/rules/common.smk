@@ -230,3 +230,15 @@ def train_data(wildcards):
 
 def experiment_dataset(wildcards):
     return f"data/processed/{EXPERIMENTS[wildcards.experiment].dataset}.npz"
+
+
+# The `reshetova_mnist` target's inputs (workflow/rules/reshetova.smk defines RESHETOVA_MNIST_RUNS).
+def reshetova_mnist_inputs(wildcards):
+    """The target's inputs; at a scale where w2_noise.mnist does not train, one line saying which to use."""
+    scales = PARAMS.w2_noise["mnist"].scales if "mnist" in PARAMS.w2_noise else None
+    if scales is not None and PARAMS.scale not in scales:
+        raise WorkflowError(f"reshetova_mnist trains at the paper's settings: run it with --config "
+                            f"scale={scales[-1]} (w2_noise.mnist.scales: {scales}; this run's scale is "
+                            f"{PARAMS.scale!r})")
+    return {"w2": "results/w2_noise/mnist.csv",
+            "metrics": expand("results/runs/{experiment}/metrics.json", experiment=RESHETOVA_MNIST_RUNS)}

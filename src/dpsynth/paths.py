@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
-           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_runs_dir", "warmstart_dir",
-           "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
+           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_runs_dir",
+           "warmstart_dir", "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
 
 RUNS = "runs"
 REAL = "real"

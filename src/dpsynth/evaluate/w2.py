@@ -167,8 +167,8 @@ def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarra
     train, ref = to_records(clean_train), to_records(clean_ref)
     shape = tuple(np.asarray(clean_train).shape[1:])
     lam = 2.0 * run.noise_std**2
-    hp = EntropicWGANHparams(batch_size=st["batch_size"], lr=st["lr"], optimizer=st["optimizer"],  # type: ignore[arg-type]
-                             generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
+    hp = EntropicWGANHparams(batch_size=st["batch_size"], lr=st["lr"],
+                             optimizer=st["optimizer"], generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
     spec = LossSpec(loss=run.loss, p=2, temperature=lam, n_iter=st["sinkhorn_iters"], scaling=st["sinkhorn_scaling"])
     t0 = time.perf_counter()
     noisy = _privatized(train, run.noise_std, st["seed"], run.level)

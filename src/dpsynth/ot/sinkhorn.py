@@ -17,7 +17,7 @@ whose soft-c-transform term vanishes, so it is a lower bound on OT_eps at any it
 With a fixed ``n_iter`` and ``tol=None`` the loop never reads a tensor on the host: the
 eps-annealing schedule is built on the device from ``max(C)``.
 
-Every exponential goes through :func:`logsumexp_floored` / :func:`exp_floored`: terms more than
+Every exponential of a cost matrix goes through :func:`logsumexp_floored` / :func:`exp_floored`: terms more than
 ``EXP_FLOOR`` (80) below a row's largest are counted as ``exp(-80)`` or zero. At an entropic
 temperature most entries of ``-C / eps`` lie hundreds below the row's maximum, and the CPU's
 vectorised ``exp`` takes a scalar slow path for every argument whose result would be subnormal

@@ -25,11 +25,6 @@ FIELDS = ("loss", "noise_std", "role", "seed", "w2", "w2_privatized_data", "entr
           "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
 
 
-#: The step count is chosen by this criterion (issue-level, checked by the report on the step-check rows):
-#: twice the steps move no W2 by more than this fraction.
-STEP_CHECK_TOLERANCE = 0.05
-
-
 def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: str | None = None,
                 private_out: str = "private") -> int:
     """Run ``w2_noise.<dataset>`` (or, at a scale it is not configured for, write its empty result
@@ -39,7 +34,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     import pandas as pd
 
     from dpsynth.data import load_processed
-    from dpsynth.evaluate.w2 import noise_sweep, sweep_runs
+    from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE, noise_sweep, sweep_runs
     from dpsynth.io import atomic_open, write_json
     from dpsynth.paths import w2_noise_csv, w2_noise_runs_dir
     from dpsynth.progress import Progress

@@ -104,10 +104,11 @@ def _step_check_note(check: str, cells: Sequence[str], params: Params, store: Ru
     experiments = params.all_experiments()
     n = experiments[check].train_size
     twin = next((c for c in cells if experiments[c].train_size == n), None)
-    a, b = (w2_of(store.experiment(twin)) if twin else None), w2_of(store.experiment(check))
-    if twin is None or a is None or b is None:
+    run = store.experiment(twin) if twin else None
+    a, b = w2_of(run), w2_of(store.experiment(check))
+    if run is None or a is None or b is None:
         return f"Step count: not checked ({check} or the n = {n} cell has no W2 yet)."
-    trained = (store.experiment(twin).metrics.get("train") or {})  # type: ignore[union-attr]
+    trained = run.metrics.get("train") or {}
     steps = int(trained.get("steps") or experiments[twin].hparams.max_steps or 0)
     return step_check([(f"n={n:,} ({twin} vs {check})", a, b, steps)])
 

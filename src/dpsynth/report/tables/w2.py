@@ -30,11 +30,11 @@ from dpsynth.report.tables.common import BuiltTable, _members
 from dpsynth.report.tables.notes import _ours
 
 
-def read_w2_csv(path: Path, role: str = "figure") -> pd.DataFrame:
+def read_w2_csv(path: Path, role: str | None = "figure") -> pd.DataFrame:
     """The W2-vs-noise sweep file: columns ``loss``, ``noise`` (or ``noise_std``), ``w2``;
     optional ``w2_privatized_data``, ``seed``, ``steps``, ``scale``, ``role``. One row per (loss, noise, seed)
     of ``role``: ``figure`` (Fig. 5's points; a file without the column holds only those) or ``step_check``
-    (the runs at twice the steps)."""
+    (the runs at twice the steps); ``None``: every row (split them with :func:`rows_of_role`)."""
     try:
         df = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -46,6 +46,11 @@ def read_w2_csv(path: Path, role: str = "figure") -> pd.DataFrame:
         raise DataError(f"{path}: W2 sweep CSV lacks column(s) {missing} (has {list(df.columns)})")
     if len(df) and (not pd.api.types.is_numeric_dtype(df["noise"]) or not pd.api.types.is_numeric_dtype(df["w2"])):
         raise DataError(f"{path}: columns noise and w2 must be numeric")
+    return df if role is None else rows_of_role(df, role)
+
+
+def rows_of_role(df: pd.DataFrame, role: str) -> pd.DataFrame:
+    """The sweep rows of one ``role`` (a file without the column holds only ``figure`` rows)."""
     if "role" not in df.columns:
         return df if role == "figure" else df.iloc[0:0]
     return df[df["role"].fillna("figure") == role].reset_index(drop=True)
@@ -123,7 +128,8 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
     records: list[dict[str, str]] = []
     notes = ([f"{paper.source}: {n}" for n in paper.notes] if paper else []) + _ours(table)
     path = w2_noise_csv(store.results, table.dataset) if table.dataset else None
-    df = read_w2_csv(path) if path is not None and path.is_file() else None
+    every = read_w2_csv(path, role=None) if path is not None and path.is_file() else None
+    df = rows_of_role(every, "figure") if every is not None else None
     if path is not None and df is not None and df.empty:
         reason = w2_skipped_reason(path) or "the sweep wrote no rows"
         for loss in SWEEP_LOSSES:
@@ -158,7 +164,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
         notes.append(entropic_claim(df))
         notes.append(slope_claim(df))
         notes.append(privatized_claim(df))
-        checks = read_w2_csv(path, role="step_check")
+        checks = rows_of_role(every, "step_check")
         if len(checks):
             notes.append(sweep_step_check(df, checks))
         if "entropic_w2_privatized" in df:

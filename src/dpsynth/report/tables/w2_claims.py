@@ -8,7 +8,7 @@ Figs. 5 and 11 share:
 - the Sinkhorn divergence and the unregularized loss "do not implicitly minimize" the entropic W2 to the
   privatized data (Fig. 5, right): at each noise level the entropic loss's generator has the smallest;
 - the step count (the paper states none for these runs) is ours, chosen so that twice the steps move no W2
-  to the clean data by more than ``STEP_TOLERANCE``.
+  to the clean data by more than ``evaluate.w2.STEP_CHECK_TOLERANCE``.
 
 Each function returns one note: the claim, then "Ours: holds / holds in part / does not hold" with the numbers.
 """
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-#: Twice the steps may move a reported W2 by at most this fraction (the step count's criterion).
-STEP_TOLERANCE = 0.05
+from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE
+
 
 SLOPE_CLAIM = "the W2 of the entropic loss's generator grows the slowest with the noise σ (the smallest slope)"
 PRIVATIZED_CLAIM = ("the Sinkhorn divergence and the unregularized loss do not minimise the entropic W2 to the "
@@ -70,7 +70,7 @@ def privatized_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
             f"(entropic W2 to held-out privatized records, squared units, smallest first: {'; '.join(said)}).")
 
 
-def step_check(pairs: Sequence[tuple[str, float, float, int]], *, tolerance: float = STEP_TOLERANCE) -> str:
+def step_check(pairs: Sequence[tuple[str, float, float, int]], *, tolerance: float = STEP_CHECK_TOLERANCE) -> str:
     """``pairs``: (what, W2 at the chosen steps, W2 at twice them, the chosen steps). The criterion holds when
     every relative change is at most ``tolerance``."""
     if not pairs:

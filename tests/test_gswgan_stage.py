@@ -19,6 +19,7 @@ import yaml
 from dpsynth.config import parse_params
 from dpsynth.evaluate.record import GS_WGAN, MetricsRecord, calibrated_accuracy
 from dpsynth.evaluate.zoo import available_models
+from dpsynth.report.runs import fmt_summary
 from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
 from tests.conftest import REPO, clear_pipeline, with_digits28
@@ -151,21 +152,21 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert gpate["IS ours"] == "reported only" and gpate["FID paper"] == "177.16"
     # ours beside them, from the records
     rec, real_rec = done["run"]["protocols"][GS_WGAN], done["real"]["protocols"][GS_WGAN]
-    assert ours["IS ours"] == f"{rec['is']['mean']:.2f} ± {rec['is']['std']:.2f}"
-    assert ours["MLP Acc ours"] == f"{rec['zoo']['models']['mlp']['mean']:.2f} ± 0.00"
-    assert ours["CNN Acc ours"] == f"{done['run']['classifiers']['cnn']['mean']:.2f} ± 0.00"
-    assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} ± 0.00"
+    assert ours["IS ours"] == fmt_summary([rec["is"]], digits=2)
+    assert ours["MLP Acc ours"] == f"{rec['zoo']['models']['mlp']['mean']:.2f} (1 run)"  # one set: no "± 0.00"
+    assert ours["CNN Acc ours"] == f"{done['run']['classifiers']['cnn']['mean']:.2f} (1 run)"
+    assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} (1 run)"
     # KID and FID-infinity beside the training-split FID: from the same features and training images
     ft = rec["fid_train"]
     assert ft["available"] and ft["kid"]["available"] and ft["fid_inf"]["available"], ft.get("reason")
     assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
     assert ft["kid"]["n_reference"] == ft["n_reference"]
-    assert ours["FID ours"] == f"{ft['mean']:.2f} ± {ft['std']:.2f}"
-    assert ours["KID (×10³) ours"] == f"{1000 * ft['kid']['mean']:.2f} ± {1000 * ft['kid']['std']:.2f}"
-    assert ours["FID∞ ours"] == f"{ft['fid_inf']['mean']:.1f} ± {ft['fid_inf']['std']:.1f}"
+    assert ours["FID ours"] == fmt_summary([ft], digits=2)
+    assert ours["KID (×10³) ours"] == fmt_summary([ft["kid"]], scale=1000.0, digits=2)
+    assert ours["FID∞ ours"] == fmt_summary([ft["fid_inf"]], digits=1)
     assert gpate["KID (×10³) ours"] == "reported only"
-    assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} ± 0.0"
-    assert real["Calibrated Acc (%) ours"] == "100.0 ± 0.0" and real["ε paper"] == "not reported"
+    assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} (1 run)"
+    assert real["Calibrated Acc (%) ours"] == "100.0 (1 run)" and real["ε paper"] == "not reported"
     assert ours["ε paper"] == "10 (δ=1e-05)"
     # the notes say how ours were computed: sizes, network, models, what differs from the authors
     assert "200 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,7 +20,7 @@ from dpsynth.config import parse_params
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.paths import metrics_file, real_metrics_file, samples_png
 from dpsynth.report.published import PUBLISHED_FILE, load_published
-from dpsynth.report.runs import fmt_mean_std
+from dpsynth.report.runs import fmt_summary
 from dpsynth.report.tables import BuiltTable, build_table, build_tables, check_complete, write_table
 from tests.conftest import REPO
 
@@ -295,10 +296,16 @@ def test_published_file_is_well_formed() -> None:
 # --------------------------------------------------------------------------- tables from fixture metrics
 
 
-def test_mean_std_formatting() -> None:
-    assert fmt_mean_std(81.234, 0.456) == "81.2 ± 0.5"
-    assert fmt_mean_std(0.1234, 0.01, 3) == "0.123 ± 0.010"
-    assert fmt_mean_std(math.inf, 0.0) == "∞ ± 0.0"
+def test_cells_say_their_counts_and_never_show_a_single_value_as_exact() -> None:
+    """Issue 64: one run and one synthetic set reads as one value, never "± 0.0"; the spread over training runs
+    (ddof 1) is kept apart from the spread over one generator's synthetic sets."""
+    assert fmt_summary([{"mean": 0.311, "std": 0.0, "n": 1, "values": [0.311]}], scale=100) == "31.1 (1 run)"
+    assert fmt_summary([{"mean": 81.234, "std": 0.456, "n": 5}]) == "81.2 ± 0.5 (1 run, std over 5 sets)"
+    runs = [{"mean": m, "n": 1} for m in (28.6, 31.1, 29.2)]
+    assert fmt_summary(runs) == f"29.6 ± {np.std([28.6, 31.1, 29.2], ddof=1):.1f} (3 runs)"
+    runs = [{"mean": m, "std": s, "n": 5} for m, s in ((0.1, 0.01), (0.2, 0.03))]
+    assert fmt_summary(runs, digits=3) == "0.150 ± 0.071 (2 runs; within a run ± 0.020 over 5 sets)"
+    assert fmt_summary([{"mean": math.inf, "n": 1}]) == "∞ (1 run)"
 
 
 def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
@@ -313,8 +320,8 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     assert len(f) == 9 and list(f["Method"])[0] == "Real data"
     assert b.ours == 4 and len(b.runs) == 3  # "4 with our numbers": the real row counts (issue 46)
     dps = row(f, "Method", "DP-Sinkhorn")
-    assert dps["LogReg (%) ours"] == "81.2 ± 0.5" and dps["LogReg (%) paper"] == "82.0"
-    assert dps["FID ours"] == "100.0 ± 2.0" and dps["FID paper"] == "124.3"
+    assert dps["LogReg (%) ours"] == "81.2 ± 0.5 (1 run, std over 5 sets)" and dps["LogReg (%) paper"] == "82.0"
+    assert dps["FID ours"] == "100.0 ± 2.0 (1 run, std over 5 sets)" and dps["FID paper"] == "124.3"
     modern = DPS_PRIVACY["epsilon"]["rdp_modern"]
     assert dps["ε ours (every convention)"] == f"rdp_classic=10.00; rdp_modern={modern:.2f} (δ=1e-05)"
     assert dps["ε paper"] == "10 (δ=1e-05)" and dps["Scale"] == "quick"
@@ -331,7 +338,7 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     assert npr["Scale"] == "smoke (report scale: quick)"
     assert any("no Inception weights offline" in n for n in b.notes)
     real = row(f, "Method", "Real data")
-    assert real["LogReg (%) ours"] == "92.1 ± 0.0" and real["LogReg (%) paper"] == "92.2"
+    assert real["LogReg (%) ours"] == "92.1 ± 0.0 (1 run, std over 5 sets)" and real["LogReg (%) paper"] == "92.2"
     assert real["FID ours"] == "not evaluated" and real["FID paper"] == "1.6"
     # Fashion-MNIST picks the other half of the same published table.
     fm = build_table("table1_fmnist", params, tmp_path).frame
@@ -366,7 +373,7 @@ def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Pat
     assert cols[cols.index("FID paper") + 1:cols.index("FID paper") + 3] == ["KID (×10³) ours", "FID∞ ours"]
     assert not any(c.startswith(("KID", "FID∞")) and c.endswith("paper") for c in cols)
     dps = row(f, "Method", "DP-Sinkhorn")
-    assert dps["KID (×10³) ours"] == "12.30 ± 0.40" and dps["FID∞ ours"] == "85.0 ± 1.0"
+    assert dps["KID (×10³) ours"] == "12.30 ± 0.40 (1 run, std over 5 sets)" and dps["FID∞ ours"] == "85.0 ± 1.0 (1 run, std over 5 sets)"
     gs = row(f, "Method", "GS-WGAN")
     assert gs["KID (×10³) ours"] == gs["FID∞ ours"] == "not evaluated"
     npr = row(f, "Method", "Non-private Sinkhorn")
@@ -374,7 +381,7 @@ def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Pat
     assert row(f, "Method", "G-PATE")["FID∞ ours"] == "reported only"
     assert row(f, "Method", "DP-Sinkhorn (grad theta)")["KID (×10³) ours"] == "not run"
     real = row(f, "Method", "Real data")
-    assert real["KID (×10³) ours"] == "12.30 ± 0.40" and real["FID∞ ours"] == "unavailable"
+    assert real["KID (×10³) ours"] == "12.30 ± 0.40 (1 run, std over 5 sets)" and real["FID∞ ours"] == "unavailable"
     assert "FID∞ unavailable for Real data (real_mnist): too few images" in b.notes
     (note,) = [n for n in b.notes if n.startswith("KID and FID∞ ours (dps_mnist):")]
     assert "same 250 real test images as FID" in note
@@ -411,7 +418,7 @@ def test_grid_table_matches_cells_and_keeps_unswept_paper_rows(params: Any, tmp_
     # 4 swept cells (p in {0.2, 0.3} x m in {0, 1}); 17 paper rows not swept; 0.2/0 and 0.2/1 matched.
     assert len(f) == 4 + 19 - 2
     hit = f[(f["p"] == "0.2") & (f["m"] == "1")].iloc[0]
-    assert hit["LogReg (%) ours"] == "70.0 ± 1.0" and hit["LogReg (%) paper"] == "79.5" and hit["FID paper"] == "61.2"
+    assert hit["LogReg (%) ours"] == "70.0 ± 1.0 (1 run, std over 5 sets)" and hit["LogReg (%) paper"] == "79.5" and hit["FID paper"] == "61.2"
     extra = f[(f["p"] == "0.3") & (f["m"] == "0")].iloc[0]
     assert extra["FID paper"] == "not reported" and extra["FID ours"] == "not run"
     unswept = f[(f["p"] == "0.5") & (f["m"] == "3")].iloc[0]
@@ -464,16 +471,15 @@ def test_w2_noise_table(params: Any, tmp_path: Path) -> None:
     f = b.frame
     assert b.ours == 2  # two (loss, noise) rows measured; no sample grids
     ent = f[(f["Loss"] == "entropic") & (f["Noise σ"] == "0.5")].iloc[0]
-    assert ent["W2 to clean data ours"] == "2.000 ± 1.000" and ent["n"] == "2"  # population std of {1, 3}
-    assert f[f["Loss"] == "exact"].iloc[0]["W2 to clean data ours"] == "4.000 ± 0.000"
-    # the paper's claim, checked with the numbers: entropic (mean 2.0) below exact (4.0) at the one level
-    assert ("Claim (Reshetova et al., Fig. 5): the generator trained with the entropic loss stays closest to the "
-            "clean data at every noise level. Ours: holds -- entropic lowest at 1 of 1 noise levels (mean W2 to the "
-            "clean data, lowest first: σ=0.5: entropic 2.000, exact 4.000).") in b.notes
-    pd.DataFrame({"loss": ["entropic", "exact", "entropic", "exact"], "noise_std": [0.5, 0.5, 1.0, 1.0],
-                  "w2": [5.0, 4.0, 1.0, 2.0]}).to_csv(csv, index=False)
+    assert ent["W2 to clean data ours"] == f"2.000 ± {np.std([1.0, 3.0], ddof=1):.3f} (2 runs)" and ent["n"] == "2"
+    assert f[f["Loss"] == "exact"].iloc[0]["W2 to clean data ours"] == "4.000 (1 run)"
+    # the paper's claim through the claim checker: two runs against one without a spread -> undecided
+    claim = next(n for n in b.notes if n.startswith("Claim (Reshetova et al., Fig. 5): the generator"))
+    assert "Ours: undecided -- σ=0.5: undecided (entropic - exact = -2.000" in claim and "no noise estimate" in claim
+    pd.DataFrame({"loss": ["entropic"] * 3 + ["exact"] * 3, "noise_std": [0.5] * 6, "seed": [0, 1, 2] * 2,
+                  "w2": [1.0, 1.1, 0.9, 2.0, 2.1, 1.9]}).to_csv(csv, index=False)
     notes = build_table("local_privacy_w2", params, tmp_path).notes
-    assert any("Ours: holds at some levels only -- entropic lowest at 1 of 2 noise levels" in n for n in notes), notes
+    assert any("Ours: holds -- σ=0.5: holds (entropic - exact = -1.000, 95% interval [" in n for n in notes), notes
     pd.DataFrame({"loss": ["entropic"], "w2": [1.0]}).to_csv(csv, index=False)
     with pytest.raises(DataError, match="noise"):
         build_table("local_privacy_w2", params, tmp_path)
@@ -579,7 +585,7 @@ def test_a_cell_swept_by_two_sweeps_is_one_row(tmp_path: Path) -> None:
     write_metrics(tmp_path, "pm_fmnist-p0.2-m1.0", privacy=DPS_PRIVACY, acc={"logreg": (0.61, 0.0)})
     f = build_table("pm_grid_fmnist", params, tmp_path).frame
     cell = f[(f["p"] == "0.2") & (f["m"] == "1")]
-    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 ± 0.0"
+    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 ± 0.0 (1 run, std over 5 sets)"
 
 
 def test_scale_notes_state_what_a_reduced_scale_changed(tmp_path):
@@ -596,3 +602,33 @@ def test_scale_notes_state_what_a_reduced_scale_changed(tmp_path):
     notes = _scale_notes([quick, paper, None])
     assert notes == ["Ours at scale quick: 2,000 training steps; lr 0.001 (paper 1e-05); model_dim 32 (paper 64); "
                      "MLP/CNN at most 5 epochs on 10000 images (dps_mnist)"]
+
+
+def test_a_row_with_several_training_runs_says_so_and_composes_their_epsilon(tmp_path: Path) -> None:
+    """Issue 64: a sweep over seed alone based on a row's experiment gives the row R training runs: the cell is
+    their mean ± std with the count, and the epsilon cell gives what publishing all R costs (each run is its own
+    release: the privacy ledger's composition) beside the per-run epsilon."""
+    from dpsynth.report.ledger import compose_runs
+    from dpsynth.report.runs import RunStore
+
+    raw = fixture_raw()
+    raw["sweeps"]["dps_mnist_seeds"] = {"base": "dps_mnist", "grid": {"seed": [1, 2]}}
+    params = parse_params(raw, source="fixture")
+    assert params.replicates_of("dps_mnist") == ["dps_mnist", "dps_mnist_seeds-seed1", "dps_mnist_seeds-seed2"]
+    write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY, acc={"logreg": (0.20, 0.0)})
+    f = build_table("table1_mnist", params, tmp_path).frame
+    dps = row(f, "Method", "DP-Sinkhorn")
+    assert dps["LogReg (%) ours"] == "20.0 ± 0.0 (1 run, std over 5 sets)"
+    assert "together" not in dps["ε ours (every convention)"]
+    for name, acc in (("dps_mnist_seeds-seed1", 0.30), ("dps_mnist_seeds-seed2", 0.40)):
+        write_metrics(tmp_path, name, privacy=DPS_PRIVACY, acc={"logreg": (acc, 0.0)})
+    f = build_table("table1_mnist", params, tmp_path).frame
+    dps = row(f, "Method", "DP-Sinkhorn")
+    assert len(f) == 9  # the seed cells join their row, they are no rows of their own
+    assert dps["LogReg (%) ours"] == "30.0 ± 10.0 (3 runs; within a run ± 0.0 over 5 sets)"
+    store = RunStore(tmp_path)
+    together = compose_runs([store.experiment(n) for n in params.replicates_of("dps_mnist")])
+    assert together.epsilon > 10.0 + 1.0  # three releases at epsilon 10 cost more than one
+    assert dps["ε ours (every convention)"].startswith("per run: rdp_classic=10.00")
+    assert f"the 3 runs together: ε={together.epsilon:.2f} (RDP composition of 3 central run(s)" in \
+        dps["ε ours (every convention)"]

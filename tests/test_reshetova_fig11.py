@@ -228,30 +228,31 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     built = build_table(TABLE, params, results)
     f = built.frame
     assert list(f["n"]) == ["1,000", "4,000", "15,000", "60,000"] and built.ours == 4
-    assert list(f["W2 to clean held-out ours"])[0] == f"{2.0 * 1000 ** -0.5:.3f} ± 0.000"
+    assert list(f["W2 to clean held-out ours"])[0] == f"{2.0 * 1000 ** -0.5:.3f} (1 run)"
     # the released table shows the held-out curve only and names where each cell's train point lies
     assert "W2 to clean train ours" not in f.columns and set(built.curves["slopes"]) == {"test"}
     assert list(f["W2 to clean train (private)"])[0] == f"private/runs/{SWEEP}-n1000/w2_train.json (not released)"
     assert set(f["W2 paper"]) == {"not reported (plot only)"}
     assert built.curves["slopes"]["test"] == pytest.approx(-0.5, abs=1e-9)
     claim = next(n for n in built.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
-    assert "Ours: holds -- fitted slope of log W2 against log n: held-out -0.500 (the rate) (checked on the " \
-           "held-out curve only: the train curve is private)" in claim
+    # exactly 2 / sqrt(n): the excess falls (c = 2) and the free exponent is 1/2, both with zero residual
+    assert "Ours: holds -- c of W2 = a + c n^-1/2 (the excess falls) = +2.000" in claim, claim
+    assert "free exponent b - 1/2 = +0.000" in claim and "Held-out curve only: the train curve is private" in claim
     assert any("outside the privacy guarantee" in n and "private/runs/<cell>/w2_train.json" in n for n in built.notes)
     assert any(n.startswith("Ours: Our adaptation") for n in built.notes)
     drawn = train_size_figure(built, params, tmp_path / "fig")
     assert drawn.name == f"{TABLE}.png" and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # W2 flat in n: the claim does not hold; the figure is another picture
-    _fabricate_cells(params, results, tmp_path / "data", lambda n: 0.31)
+    # W2 rising with n: the claim does not hold; the figure is another picture
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: 0.5 - 2.0 * n ** -0.5)
     flat = build_table(TABLE, params, results)
     claim = next(n for n in flat.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
-    assert "Ours: does not hold -- fitted slope of log W2 against log n: held-out +0.000 (does not fall)" in claim
+    assert "Ours: does not hold -- c of W2 = a + c n^-1/2 (the excess falls) = -" in claim, claim
     assert train_size_figure(flat, params, tmp_path / "flat").read_bytes() != drawn.read_bytes()
-    # falling more slowly: in part
-    _fabricate_cells(params, results, tmp_path / "data", lambda n: 1.1 * n ** -0.1)
-    slow = build_table(TABLE, params, results)
-    assert any("Ours: holds in part (W2 falls with n, not at the paper's rate)" in n for n in slow.notes)
+    # falling at n^-0.1 over a floor: the excess falls, the exponent is not 1/2 (decided against the margin)
+    _fabricate_cells(params, results, tmp_path / "data", lambda n: 0.05 + 1.1 * n ** -0.1)
+    slow = next(n for n in build_table(TABLE, params, results).notes if n.startswith("Claim (Reshetova"))
+    assert "Ours: does not hold" in slow and "(the excess falls) = " in slow and "free exponent b = 0.100" in slow
 
     # the MNIST figure without runs: every row "not run", the claim not checked, a placeholder figure
     mnist = build_table("reshetova_fig11_mnist", params, results)

@@ -143,7 +143,10 @@ def _local_report(exp: Any, n: int) -> dict[str, Any]:
     return json.loads(json.dumps(_privacy_report(ctx, local_noise(exp.local), n).to_dict()))
 
 
-def _fabricate(params: Any, results: Path, data: Path, name: str, w2: float, rng: np.random.Generator) -> None:
+def _fabricate(params: Any, results: Path, data: Path, name: str, w2: float, rng: np.random.Generator,
+              spread: float = 0.0) -> None:
+    """A run's metrics.json with W2 ``w2``: one synthetic set, or three at ``w2`` -/+ ``spread`` (a known spread
+    over sample draws, which the claim checker can decide with)."""
     from dpsynth.evaluate.sampling import write_synthetic
     from dpsynth.paths import metrics_file
 
@@ -151,11 +154,13 @@ def _fabricate(params: Any, results: Path, data: Path, name: str, w2: float, rng
     privacy = _local_report(exp, 3000)
     path = metrics_file(results, name)
     path.parent.mkdir(parents=True, exist_ok=True)
+    values = [w2 - spread, w2, w2 + spread] if spread else [w2]
     path.write_text(json.dumps({
         "experiment": name, "dataset": exp.dataset, "method": exp.method, "scale": "quick", "classifiers": {},
         "fid": {"available": False, "fid": None, "reason": "not an image dataset"}, "privacy": privacy,
-        "w2": {"mean": w2, "std": 0.0, "n": 1, "values": [w2], "n_points": 1000, "reference_split": "test (clean)"},
-        "n_synthetic": 500, "n_synthetic_sets": 1, "seconds": {},
+        "w2": {"mean": w2, "std": float(np.std(values)), "n": len(values), "values": values, "n_points": 1000,
+               "reference_split": "test (clean)"},
+        "n_synthetic": 500, "n_synthetic_sets": len(values), "seconds": {},
         "train": {"steps": 900, "hparams": {"batch_size": 256}}}))
     (data / "privatized").mkdir(parents=True, exist_ok=True)
     np.savez(data / "privatized" / f"{name}.npz", x_train=rng.normal(size=(3000, 2)).astype(np.float32))
@@ -177,19 +182,20 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     # the Laplace row shows the claim (entropic closer), the Gaussian row does not; one panel not run
     for cell, w2 in {("laplace", "entropic"): 0.2, ("laplace", "exact"): 0.7, ("gaussian", "entropic"): 0.9,
                      ("gaussian", "exact"): 0.4}.items():
-        _fabricate(params, results, tmp_path / "data", runs[cell], w2, rng)
+        _fabricate(params, results, tmp_path / "data", runs[cell], w2, rng, spread=0.01)
     built = build_table("reshetova_fig1", params, results)
     f = built.frame
     assert list(f["Run"]) == [runs[("laplace", "entropic")], runs[("laplace", "exact")],
                               runs[("gaussian", "entropic")], runs[("gaussian", "exact")]]
-    assert list(f["W2 to clean data ours"]) == ["0.200 ± 0.000", "0.700 ± 0.000", "0.900 ± 0.000", "0.400 ± 0.000"]
+    assert list(f["W2 to clean data ours"]) == [f"{w:.3f} ± 0.008 (1 run, std over 3 sets)" for w in (0.2, 0.7, 0.9, 0.4)]
     assert list(f["Loss"]) == ["entropic 1-W", "unregularized 1-W", "entropic 2-W", "unregularized 2-W"]
     assert set(f["W2 paper"]) == {"not reported (plot only)"} and built.ours == 4
     assert set(f["Trained on"]) == {"n=3,000, b=256, 900 steps"}
     claim = next(n for n in built.notes if n.startswith("Claim (Reshetova et al., Figure 1)"))
-    assert ("Ours: holds at some levels only -- entropic lowest at 1 of 2 mechanism rows (mean W2 to the clean "
-            "data, lowest first: Laplace ε=5: entropic 0.200, exact 0.700; Gaussian ε=5, δ=0.0001: exact 0.400, "
-            "entropic 0.900).") in claim, claim
+    # one run per panel: decided on the spread over its synthetic sets, which the note says is all it knows
+    assert "Ours: does not hold -- Laplace ε=5: holds (entropic - exact = -0.500, 95% interval [" in claim, claim
+    assert "Gaussian ε=5, δ=0.0001: does not hold (entropic - exact = +0.500" in claim
+    assert "1 training run; spread over 3 sample draws only" in claim
     assert [(p["row"], p["col"]) for p in built.panels] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
     drawn = manifold_figure(built, params, tmp_path / "with")
@@ -202,7 +208,7 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     (results / "runs" / runs[("gaussian", "exact")] / "metrics.json").unlink()
     built = build_table("reshetova_fig1", params, results)
     assert built.frame["W2 to clean data ours"].iloc[3] == "not run" and built.ours == 3
-    assert any("Ours: holds -- entropic lowest at 1 of 1 mechanism rows" in n for n in built.notes), built.notes
+    assert any("Ours: holds -- Laplace ε=5: holds" in n for n in built.notes), built.notes
 
 
 def test_the_w2_record_the_evaluate_stage_writes_is_one_the_report_reads(tmp_path: Path) -> None:

@@ -326,6 +326,16 @@ class Params(Strict):
             raise KeyError(sweep)
         return [name for name, (sname, _) in self._sweep_cells().items() if sname == sweep]
 
+    def replicates_of(self, name: str) -> list[str]:
+        """The training runs of one table row: ``name`` itself, then every cell of each sweep based on ``name``
+        that varies ``seed`` alone (its repeated runs; each is its own release, with its own secret noise)."""
+        out = [name]
+        for sname, sweep in self.sweeps.items():
+            keys = set(sweep.grid) if sweep.grid is not None else set().union(*map(set, sweep.cells or [{}]))
+            if sweep.base == name and keys == {"seed"}:
+                out += self.cells_of(sname)
+        return out
+
     def sweep_of(self, name: str) -> str | None:
         """The sweep whose cell ``name`` is, or None for a named experiment."""
         cell = self._sweep_cells().get(name)

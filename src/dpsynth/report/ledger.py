@@ -18,6 +18,7 @@ run is conservative (an upper bound), never optimistic.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,48 @@ def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
     return rows
 
 
+@dataclass(frozen=True)
+class RunsTogether:
+    """What publishing a set of runs together guarantees (module docstring): ``epsilon`` (inf when any run gives
+    no guarantee), ``delta``, ``how`` it was composed, the runs without a guarantee, the neighbouring relations."""
+
+    epsilon: float
+    delta: float
+    how: str
+    infinite: list[str]
+    relations: set[str]
+
+
+def compose_runs(runs: list[Run]) -> RunsTogether:
+    """The one composition of evaluated runs, for the ledger's 'ALL' rows and a table row's R training runs."""
+    rdp_total = np.zeros(len(acc.CLASSIC_ORDERS))
+    deltas, local_eps, local_delta, infinite, relations = [], 0.0, 0.0, [], set()
+    for run in runs:
+        priv = run.privacy or {}
+        head = priv.get("headline")
+        eps = float((priv.get("epsilon") or {}).get(head, math.inf)) if head else math.inf
+        # Reshetova et al.'s wavelet baseline: its denoiser was tuned on the clean records (the paper's
+        # "only approximately private"), so it carries no guarantee the composition could add up
+        approx = bool((priv.get("extra") or {}).get("approximately_private"))
+        relations.add(neighbours(priv))
+        rdp = central_rdp(priv, str(run.path))  # the unit verify_report accounts
+        if is_reproducible(priv) or approx or math.isinf(eps):
+            infinite.append(run.name)
+        elif rdp is not None:
+            rdp_total += rdp
+            deltas.append(float(priv["delta"]))
+        else:  # local DP: basic composition
+            local_eps += eps
+            local_delta += float(priv.get("delta") or 0.0)
+    if infinite:
+        return RunsTogether(math.inf, math.nan, f"not private: {', '.join(infinite)}", infinite, relations)
+    delta = min(deltas) if deltas else 0.0
+    central = acc.classic_epsilon(acc.CLASSIC_ORDERS, rdp_total, delta)[0] if deltas else 0.0
+    how = (f"RDP composition of {len(deltas)} central run(s) at δ={delta:g}"
+           + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
+    return RunsTogether(float(central + local_eps), delta + local_delta, how, [], relations)
+
+
 def build_ledger(results: Path, runs: list[Run] | None = None,
                  ever: tuple[list[Release], list[int]] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per released run and one 'all of them' row per dataset; plus notes.
@@ -108,44 +151,23 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
         if not runs:  # releases in the ledger, no evaluated run now
             records.extend(_ever_made(dataset, ever_releases, damaged))
             continue
-        rdp_total = np.zeros(len(acc.CLASSIC_ORDERS))
-        deltas, local_eps, local_delta, infinite, relations = [], 0.0, 0.0, [], set()
         for run in runs:
             priv = run.privacy or {}
             head = priv.get("headline")
             eps = float((priv.get("epsilon") or {}).get(head, math.inf)) if head else math.inf
             repro = is_reproducible(priv)
-            # Reshetova et al.'s wavelet baseline: its denoiser was tuned on the clean records (the paper's
-            # "only approximately private"), so it carries no guarantee the composition could add up
             approx = bool((priv.get("extra") or {}).get("approximately_private"))
-            relation = neighbours(priv)
-            relations.add(relation)
             records.append({"Dataset": dataset, "Released model": run.name, "Mechanism": str(priv.get("mechanism")),
-                            "Neighbours": relation,
+                            "Neighbours": neighbours(priv),
                             "ε (headline)": fmt_number(eps, 2) + (f" ({head})" if head else ""),
                             "δ": f"{float(priv.get('delta') or 0):g}",
                             "Noise": "reproducible - NOT private" if repro else
                             ("secret; parameters tuned on clean data - only approximately private, NOT private"
                              if approx else "secret")})
-            rdp = central_rdp(priv, str(run.path))  # the unit verify_report accounts
-            if repro or approx or math.isinf(eps):
-                infinite.append(run.name)
-            elif rdp is not None:
-                rdp_total += rdp
-                deltas.append(float(priv["delta"]))
-            else:  # local DP: basic composition
-                local_eps += eps
-                local_delta += float(priv.get("delta") or 0.0)
-        if infinite:
-            total, why, total_eps = "∞", f"not private: {', '.join(infinite)}", math.inf
-        else:
-            delta = min(deltas) if deltas else 0.0
-            central = acc.classic_epsilon(acc.CLASSIC_ORDERS, rdp_total, delta)[0] if deltas else 0.0
-            total_eps = float(central + local_eps)
-            total = fmt_number(total_eps, 2)
-            why = (f"RDP composition of {len(deltas)} central run(s) at δ={delta:g}"
-                   + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
-            delta = delta + local_delta
+        together = compose_runs(runs)
+        total_eps, why, relations = together.epsilon, together.how, together.relations
+        total = "∞" if math.isinf(total_eps) else fmt_number(total_eps, 2)
+        infinite, delta = together.infinite, together.delta
         records.append({"Dataset": dataset, "Released model": f"ALL {len(runs)} (composed)", "Mechanism": why,
                         "Neighbours": ", ".join(sorted(relations)), "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
                         "Noise": "-"})

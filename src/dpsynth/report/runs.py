@@ -176,36 +176,83 @@ def fmt_number(x: float, digits: int) -> str:
     return f"{x:.{digits}f}"
 
 
-def fmt_mean_std(mean: float, std: float, digits: int = 1) -> str:
-    """``82.0 ± 1.3``: every measured number of ours is printed as mean ± std."""
-    return f"{fmt_number(mean, digits)} ± {fmt_number(std, digits)}"
+def _sets_of(rec: dict[str, Any]) -> int:
+    values = rec.get("values")
+    n = rec.get("n")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else len(values) if isinstance(values, list) else 1
 
 
-def _stat(rec: Any, where: str) -> tuple[float, float]:
+def fmt_summary(records: list[dict[str, Any]], *, scale: float = 1.0, digits: int = 1) -> str:
+    """One table cell from the metric records of a row's training runs (one record per run: ``{"mean", "std",
+    "n", "values"}`` over its synthetic sets), with its counts, never "± 0.0" for a single value:
+
+    - one run, one synthetic set: ``31.1 (1 run)``;
+    - one run, S sets: ``31.1 ± 0.4 (1 run, std over 5 sets)``;
+    - R runs: ``30.2 ± 3.1 (3 runs)``, the mean and standard deviation (ddof 1) of the runs' means; when the
+      runs have several sets, the spread within a run is given apart: ``(3 runs; within a run ± 0.4 over 5 sets)``.
+    """
+    import numpy as np
+
+    recs = [r for r in records if isinstance(r, dict) and "mean" in r]
+    if not recs:
+        raise DataError("fmt_summary: no record with a mean")
+    means = np.asarray([scale * float(r["mean"]) for r in recs], dtype=np.float64)
+    sets = [_sets_of(r) for r in recs]
+    if len(recs) == 1:
+        m = fmt_number(float(means[0]), digits)
+        if sets[0] <= 1:
+            return f"{m} (1 run)"
+        return f"{m} ± {fmt_number(scale * float(recs[0].get('std', math.nan)), digits)} (1 run, std over {sets[0]} sets)"
+    body = f"{fmt_number(float(means.mean()), digits)} ± {fmt_number(float(means.std(ddof=1)), digits)}"
+    if max(sets) <= 1:
+        return f"{body} ({len(recs)} runs)"
+    within = float(np.mean([scale * float(r.get("std", math.nan)) for r in recs]))
+    per = f"{sets[0]}" if len(set(sets)) == 1 else f"{min(sets)}-{max(sets)}"
+    return f"{body} ({len(recs)} runs; within a run ± {fmt_number(within, digits)} over {per} sets)"
+
+
+def fmt_values(values: list[float], *, digits: int = 3) -> str:
+    """A cell from plain numbers, one per training run (a sweep CSV's rows): :func:`fmt_summary` of them."""
+    return fmt_summary([{"mean": float(v), "n": 1} for v in values], digits=digits)
+
+
+def _check_record(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict) or "mean" not in rec:
         raise DataError(f"{where}: expected a record with 'mean' and 'std', got {rec!r}")
-    return float(rec["mean"]), float(rec.get("std", 0.0))
+    return rec
 
 
-def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
-    """KID (x 1000) or FID-infinity of an available FID record (``fid`` or GS-WGAN's ``fid_train``):
-    "not evaluated" in a record written before they existed, "unavailable" when the sets were too small."""
+def _as_runs(runs: Run | list[Run] | None) -> list[Run]:
+    if runs is None:
+        return []
+    return [runs] if isinstance(runs, Run) else [r for r in runs if r is not None]
+
+
+def small_n_record(fid: dict[str, Any], metric: str, where: str) -> dict[str, Any] | str:
+    """The KID or FID-infinity record of an available FID record (``fid`` or GS-WGAN's ``fid_train``), or the
+    cell that says why there is none: "not evaluated" in a record written before they existed, "unavailable"
+    when the sets were too small."""
     sub = fid.get(metric)
     if sub is None:
         return NOT_EVALUATED
     if isinstance(sub, dict) and sub.get("available") is False:
         return UNAVAILABLE
-    mean, std = _stat(sub, f"{where}.{metric}")
+    return _check_record(sub, f"{where}.{metric}")
+
+
+def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
+    """KID (x 1000) or FID-infinity of one available FID record, or why there is none."""
+    rec = small_n_record(fid, metric, where)
+    if isinstance(rec, str):
+        return rec
     scale, digits = _SCALE[metric]
-    return fmt_mean_std(scale * mean, scale * std, digits=digits)
+    return fmt_summary([rec], scale=scale, digits=digits)
 
 
-def metric_cell(run: Run | None, metric: str) -> str:
-    """FID, KID (x 1000), FID-infinity or a classifier accuracy (percent) of one run, or the reason
-    there is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were
-    too small) and "not evaluated" in a record written before they existed."""
-    if run is None:
-        return NOT_RUN
+def metric_record(run: Run, metric: str) -> dict[str, Any] | str:
+    """One run's record of FID, KID, FID-infinity or a classifier's accuracy, or the cell that says why there
+    is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were too small) and
+    "not evaluated" in a record written before they existed."""
     if metric == "fid" or metric in SMALL_N_METRICS:
         fid = run.metrics.get("fid")
         if not isinstance(fid, dict):
@@ -213,13 +260,26 @@ def metric_cell(run: Run | None, metric: str) -> str:
         if not fid.get("available"):
             return UNAVAILABLE
         if metric == "fid":
-            return fmt_mean_std(*_stat(fid, f"{run.path}: fid"), digits=1)
-        return small_n_cell(fid, metric, f"{run.path}: fid")
+            return _check_record(fid, f"{run.path}: fid")
+        return small_n_record(fid, metric, f"{run.path}: fid")
     rec = (run.metrics.get("classifiers") or {}).get(metric)
     if rec is None:
         return NOT_EVALUATED
-    mean, std = _stat(rec, f"{run.path}: classifiers.{metric}")
-    return fmt_mean_std(100.0 * mean, 100.0 * std, digits=1)
+    return _check_record(rec, f"{run.path}: classifiers.{metric}")
+
+
+def metric_cell(runs: Run | list[Run] | None, metric: str) -> str:
+    """FID, KID (x 1000), FID-infinity or a classifier accuracy (percent) of a row's training runs (one run or
+    several: :func:`fmt_summary`), or the reason there is none (the first run's, when none has it)."""
+    found = _as_runs(runs)
+    if not found:
+        return NOT_RUN
+    recs = [metric_record(r, metric) for r in found]
+    numbers = [r for r in recs if isinstance(r, dict)]
+    if not numbers:
+        return str(recs[0])
+    scale, digits = _SCALE.get(metric, (1.0 if metric == "fid" else 100.0, 1))
+    return fmt_summary(numbers, scale=scale, digits=digits)
 
 
 def metric_value(run: Run | None, metric: str) -> float | None:

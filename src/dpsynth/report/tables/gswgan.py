@@ -18,7 +18,7 @@ from dpsynth.report.runs import (
     SMALL_N_METRICS,
     UNAVAILABLE,
     Run,
-    fmt_mean_std,
+    fmt_summary,
     small_n_cell,
 )
 
@@ -47,7 +47,7 @@ def gswgan_cell(run: Run | None, real: Run | None, metric: str) -> str:
             else UNAVAILABLE
     if metric in ("is", "fid"):
         sub = rec["is" if metric == "is" else "fid_train"]
-        return fmt_mean_std(float(sub["mean"]), float(sub["std"]), 2) if sub.get("available") else UNAVAILABLE
+        return fmt_summary([sub], digits=2) if sub.get("available") else UNAVAILABLE
     if metric == "mlp":
         sub = rec["zoo"]["models"].get(rec["accuracy"].get("mlp") or "mlp")
     elif metric == "cnn":
@@ -59,8 +59,8 @@ def gswgan_cell(run: Run | None, real: Run | None, metric: str) -> str:
         if real_rec is None:
             return UNAVAILABLE
         cal = calibrated_accuracy(rec, real_rec)
-        return UNAVAILABLE if not cal["models"] else fmt_mean_std(100 * cal["mean"], 100 * cal["std"], 1)
-    return NOT_EVALUATED if not isinstance(sub, dict) else fmt_mean_std(float(sub["mean"]), float(sub["std"]), 2)
+        return UNAVAILABLE if not cal["models"] else fmt_summary([cal], scale=100.0, digits=1)
+    return NOT_EVALUATED if not isinstance(sub, dict) else fmt_summary([sub], digits=2)
 
 
 def _group(runs: list[Run | None], key: Any) -> dict[Any, list[str]]:
@@ -85,7 +85,7 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
         hold_txt = f", hold-out accuracy {hold:.3f}" if isinstance(hold, float) else ""
         notes.append(f"IS ours ({', '.join(names)}): GS-WGAN's classifier Inception Score -- exp(E KL(p(y|x) || "
                      f"p(y))) over 10 splits of {n_is} shuffled generated images (the Real data row: real test "
-                     f"images), mean ± std over the synthetic sets -- with a classifier trained on the real "
+                     f"images), counts as in every cell -- with a classifier trained on the real "
                      f"training split: the project's CNN (the Real data row's own fit: {clf_n} images, at most "
                      f"{epochs} epochs{hold_txt}), not the authors' VGG11 (SGD, crops and flips, 50 epochs); "
                      "a confident generator of 10 balanced classes scores 10, one repeated image 1")

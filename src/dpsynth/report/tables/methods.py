@@ -6,25 +6,41 @@ beside FID our KID and FID-infinity (no paper column: the papers report neither)
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.errors import ConfigError
 from dpsynth.evaluate.record import GS_WGAN
+from dpsynth.report.ledger import compose_runs
 from dpsynth.report.published import paper_table, resolve_paper_row
 from dpsynth.report.runs import (
     METRICS,
     NOT_REPORTED,
     REPORTED_ONLY,
     SMALL_N_METRICS,
+    Run,
     RunStore,
     epsilon_cell,
+    fmt_number,
     metric_cell,
     scale_cell,
 )
 from dpsynth.report.tables.common import BuiltTable, _members, _paper_eps, _paper_metric, _Row
 from dpsynth.report.tables.gswgan import GSWGAN_METRICS, gswgan_cell, gswgan_notes
 from dpsynth.report.tables.notes import _notes, _ours
+
+
+def _epsilon_of_runs(runs: list[Run], *, real: bool) -> str:
+    """The per-run epsilon cell, and for R > 1 training runs what publishing all R costs (each run is its own
+    release: ``ledger.compose_runs``, the privacy ledger's composition)."""
+    cell = epsilon_cell(runs[0] if runs else None, real=real)
+    if len(runs) < 2 or real:
+        return cell
+    together = compose_runs(runs)
+    eps = "∞" if math.isinf(together.epsilon) else fmt_number(together.epsilon, 2)
+    return f"per run: {cell}; the {len(runs)} runs together: ε={eps} ({together.how})"
 
 
 def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -38,8 +54,10 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
             pt, prow = resolve_paper_row(r.paper_row, table.published, f"{where}.rows[{i}]")
             paper = (pt, prow.row_id)
         rows.append(_Row(r.label, r.experiment, r.real, paper))
-    listed = {r.experiment for r in table.rows}
-    rows += [_Row(e, e) for e in _members(params, table) if e not in listed]
+    listed = {x for r in table.rows if r.experiment for x in params.replicates_of(r.experiment)}
+    members = [e for e in _members(params, table) if e not in listed]
+    repeats = {x for e in members for x in params.replicates_of(e)[1:]}  # a member's seed cells join its row
+    rows += [_Row(e, e) for e in members if e not in repeats]
     if not rows:
         raise ConfigError(f"{where}: a methods table needs rows, experiments or sweeps")
     gswgan = table.protocol == GS_WGAN  # the evaluation protocol of GS-WGAN's Table 1 (not a mechanism)
@@ -50,14 +68,16 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     for row in rows:
         pt, rid = row.paper if row.paper else (None, None)
         ours_exists = row.experiment is not None or row.real is not None
-        run = (store.experiment(row.experiment) if row.experiment else store.real(row.real)) if ours_exists else None
+        reps = [r for r in (store.experiment(e) for e in params.replicates_of(row.experiment)) if r is not None] \
+            if row.experiment else [r for r in (store.real(row.real),) if r is not None] if row.real else []
+        run = reps[0] if reps else None  # the row's first run: its scale and per-run epsilon
         rows_runs.append((row.label, run))
         if run is not None and row.experiment:
             runs.append((row.label, row.experiment))
         rec: dict[str, str] = {"Method": row.label, "Run": row.experiment or (f"real_{row.real}" if row.real
                                                                               else REPORTED_ONLY)}
         rec["Scale"] = scale_cell(run, params.scale) if ours_exists else REPORTED_ONLY
-        rec["ε ours (every convention)"] = epsilon_cell(run, real=row.real is not None) if ours_exists \
+        rec["ε ours (every convention)"] = _epsilon_of_runs(reps, real=row.real is not None) if ours_exists \
             else REPORTED_ONLY
         # (GS-WGAN's Table 1 prints its epsilon in the caption, which does not cover its Real row)
         rec["ε paper"] = _paper_eps(pt, rid, dataset) if rid is not None and not (gswgan and row.real) \
@@ -69,11 +89,11 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
                 for small, small_label in SMALL_N_METRICS.items():
                     rec[f"{small_label} ours"] = gswgan_cell(run, real_run, small) if ours_exists else REPORTED_ONLY
         for metric, label in () if gswgan else METRICS.items():
-            rec[f"{label} ours"] = metric_cell(run, metric) if ours_exists else REPORTED_ONLY
+            rec[f"{label} ours"] = metric_cell(reps, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
             if metric == "fid":  # KID and FID-infinity beside FID; ours only (no paper reports them)
                 for extra, extra_label in SMALL_N_METRICS.items():
-                    rec[f"{extra_label} ours"] = metric_cell(run, extra) if ours_exists else REPORTED_ONLY
+                    rec[f"{extra_label} ours"] = metric_cell(reps, extra) if ours_exists else REPORTED_ONLY
         rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED
         records.append(rec)
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])

@@ -13,7 +13,12 @@ from dpsynth.report.tables.common import BuiltTable
 LEGEND = ("Cells: 'not run' = our run has no metrics.json yet; 'reported only' = a row the paper quotes "
           "that we do not reproduce; 'not reported' = the paper has no such row or column; "
           "'unavailable' = the metric could not be computed (reason in the notes); "
-          "'not evaluated' = the run did not compute it. Ours: mean ± std over the synthetic sets.")
+          "'not evaluated' = the run did not compute it. Ours, with their counts: 'x (1 run)' is one training run "
+          "scored on one synthetic set (no spread is known); 'x ± s (1 run, std over S sets)' is one run, s the "
+          "spread over its S synthetic sets (sample draws of one generator, not another training run); "
+          "'x ± s (R runs)' is the mean over R training runs and s their standard deviation (ddof 1), the spread "
+          "within a run given apart. A row's R runs are its experiment and the cells of each sweep over `seed` "
+          "alone based on it.")
 
 
 def check_complete(built: BuiltTable) -> None:

@@ -5,7 +5,7 @@ rows are here too; the figures use them as well."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pandas as pd
 from dpsynth.config import Params, Table
 from dpsynth.errors import DataError
 from dpsynth.paths import OUTSIDE_GUARANTEE, w2_noise_csv
+from dpsynth.report.claims import Estimate, estimate_of_records
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import (
     NOT_APPLICABLE,
@@ -22,7 +23,8 @@ from dpsynth.report.runs import (
     PLOT_ONLY,
     Run,
     RunStore,
-    fmt_mean_std,
+    fmt_summary,
+    fmt_values,
     scale_cell,
     sigma_cell,
 )
@@ -69,54 +71,37 @@ def w2_skipped_reason(csv_path: Path) -> str | None:
     return str(reason) if reason else None
 
 
-#: Reshetova et al.'s claim read off Fig. 5 (left), checked on our sweep by :func:`entropic_claim`.
-CLAIM = "the generator trained with the entropic loss stays closest to the clean data at every noise level"
-
-
-def entropic_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", claim: str = CLAIM,
-                   level: Callable[[Any], str] = lambda v: f"σ={v:g}", levels: str = "noise levels") -> str:
-    """The paper's claim beside what our runs show, with the numbers: at each level (a noise level of
-    the Fig. 5 sweep; a mechanism's row of Figs. 1, 6, 7), which loss gave the smallest mean W2 to the
-    clean data (the claim holds at a level where that is the entropic loss; a level without an entropic
-    row and another is not counted). ``level`` prints a level's value, ``levels`` names them."""
-    n_levels, held, said = 0, 0, []
-    for value, g in sorted(df.groupby("noise"), key=lambda kv: kv[0]):
-        means = g.groupby("loss")["w2"].mean()
-        if "entropic" not in means or len(means) < 2:
-            continue
-        n_levels += 1
-        best = str(means.idxmin())
-        held += best == "entropic"
-        said.append(f"{level(value)}: " + ", ".join(f"{loss} {w:.3f}" for loss, w in means.sort_values().items()))
-    if not n_levels:
-        return (f"Claim (Reshetova et al., {figure}): {claim}. Ours: not checked (no {levels[:-1]} has the entropic "
-                "loss and another).")
-    verdict = "holds" if held == n_levels else "holds at some levels only" if held else "does not hold"
-    return (f"Claim (Reshetova et al., {figure}): {claim}. Ours: {verdict} -- entropic lowest at {held} of "
-            f"{n_levels} {levels} (mean W2 to the clean data, lowest first: {'; '.join(said)}).")
+def w2_record(run: Run | None) -> dict[str, Any] | None:
+    """A run's W2 to the clean data as a metric record (``{"mean", "std", "n", "values"}`` over its synthetic
+    sets; an older plain number as one set), None when it has none."""
+    w2 = run.metrics.get("w2") if run is not None else None
+    if isinstance(w2, int | float) and not isinstance(w2, bool):
+        return {"mean": float(w2), "n": 1}
+    if isinstance(w2, dict) and "mean" in w2:
+        return w2
+    if isinstance(w2, dict) and "w2" in w2:
+        return {"mean": float(w2["w2"]), "n": 1}
+    return None
 
 
 def w2_of(run: Run | None) -> float | None:
     """A run's W2 to the clean data (the mean over its synthetic sets), None when it has none."""
-    w2 = run.metrics.get("w2") if run is not None else None
-    if isinstance(w2, int | float):
-        return float(w2)
-    if isinstance(w2, dict) and "mean" in w2:
-        return float(w2["mean"])
-    if isinstance(w2, dict) and "w2" in w2:
-        return float(w2["w2"])
-    return None
+    rec = w2_record(run)
+    return float(rec["mean"]) if rec is not None else None
 
 
-def w2_cell(run: Run | None) -> str:
-    """The W2 cell of a run: mean ± std over its synthetic sets, or why there is no number."""
-    if run is None:
+def w2_estimate(runs: Sequence[Run | None]) -> Estimate:
+    """A setting's W2 from its training runs, for the claim checker (``claims.estimate_of_records``)."""
+    return estimate_of_records([w2_record(r) for r in runs])
+
+
+def w2_cell(runs: Run | Sequence[Run | None] | None) -> str:
+    """The W2 cell of a setting's training runs (one run or several, with their counts), or why there is none."""
+    found = [runs] if isinstance(runs, Run) else [r for r in (runs or []) if r is not None]
+    if not found:
         return NOT_RUN
-    w2, mean = run.metrics.get("w2"), w2_of(run)
-    if mean is None:
-        return "not evaluated"
-    std = float(w2.get("std", 0.0)) if isinstance(w2, dict) and "mean" in w2 else 0.0
-    return fmt_mean_std(mean, std, 3)
+    recs = [r for r in (w2_record(run) for run in found) if r is not None]
+    return fmt_summary(recs, digits=3) if recs else "not evaluated"
 
 
 def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -143,23 +128,24 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             w2 = g["w2"].astype(float)
             rec = {"Loss": str(loss), "Noise σ": f"{noise:g}", "Run": f"{path.name}",
                    "Scale": str(g["scale"].iloc[0]) if "scale" in g else "not recorded in the CSV",
-                   "W2 to clean data ours": fmt_mean_std(w2.mean(), w2.std(ddof=0) if len(w2) > 1 else 0.0, 3),
+                   "W2 to clean data ours": fmt_values(list(w2)),
                    "W2 paper": paper_cell}
             if "w2_privatized_data" in g:
                 pd_w2 = g["w2_privatized_data"].astype(float)
-                rec["W2 of the privatized data ours"] = fmt_mean_std(pd_w2.mean(), pd_w2.std(ddof=0), 3)
+                rec["W2 of the privatized data ours"] = fmt_values(list(pd_w2))
             if "entropic_w2_privatized" in g and g["entropic_w2_privatized"].notna().any():
                 ent = g["entropic_w2_privatized"].astype(float)
-                rec["Entropic W2 to held-out privatized data ours"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
+                rec["Entropic W2 to held-out privatized data ours"] = fmt_values(list(ent.dropna()))
             if "entropic_w2_privatized_clean" in g and g["entropic_w2_privatized_clean"].notna().any():
                 ent = g["entropic_w2_privatized_clean"].astype(float)
-                rec["Entropic W2 of the clean data itself"] = fmt_mean_std(ent.mean(), ent.std(ddof=0), 3)
+                rec["Entropic W2 of the clean data itself"] = fmt_values(list(ent.dropna()))
             rec["n"] = str(len(g))
             records.append(rec)
-        notes.append(f"Ours: {path} (mean ± std over the rows of each (loss, noise)). The W2-vs-noise rows train on "
+        notes.append(f"Ours: {path} (each row of the CSV is one training run; a cell summarises the runs of its "
+                     "(loss, noise) with their count). The W2-vs-noise rows train on "
                      f"the clean training records with seeded, non-private noise: {OUTSIDE_GUARANTEE} (that file is "
                      "never pushed).")
-        from dpsynth.report.tables.w2_claims import privatized_claim, slope_claim, sweep_step_check
+        from dpsynth.report.tables.w2_claims import entropic_claim, privatized_claim, slope_claim, sweep_step_check
 
         notes.append(entropic_claim(df))
         notes.append(slope_claim(df))

@@ -30,10 +30,12 @@ NOT_APPLICABLE = "n/a"
 #: Metric id -> column label. Accuracies are printed in percent like the papers.
 METRICS = {"fid": "FID", "logreg": "LogReg (%)", "mlp": "MLP (%)", "cnn": "CNN (%)"}
 #: Ours only, read from inside ``fid`` (``dpsynth.evaluate.fidelity``): KID, printed x 1000 like the
-#: accuracies' percent, and FID-infinity. No paper reports either, so they have no paper column; they
-#: are apart from ``METRICS`` because the figures plot those against the papers'.
-SMALL_N_METRICS = {"kid": "KID (×10³)", "fid_inf": "FID∞"}
-_SCALE = {"kid": (1000.0, 2), "fid_inf": (1.0, 1)}  # printed value = scale x mean, digits
+#: accuracies' percent, FID-infinity, and Kynkäänniemi et al.'s precision and recall, printed as fractions.
+#: None of the papers whose tables we rebuild reports them, so they have no paper column; they are apart
+#: from ``METRICS`` because the figures plot those against the papers'.
+SMALL_N_METRICS = {"kid": "KID (×10³)", "fid_inf": "FID∞", "precision": "Precision", "recall": "Recall"}
+#: printed value = scale x mean, digits
+_SCALE = {"kid": (1000.0, 2), "fid_inf": (1.0, 1), "precision": (1.0, 2), "recall": (1.0, 2)}
 
 #: Epsilon conventions in the order tables list them; unknown ones follow, sorted.
 CONVENTION_ORDER = ("non_private", "rdp_classic", "rdp_modern", "pld",
@@ -188,8 +190,9 @@ def _stat(rec: Any, where: str) -> tuple[float, float]:
 
 
 def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
-    """KID (x 1000) or FID-infinity of an available FID record (``fid`` or GS-WGAN's ``fid_train``):
-    "not evaluated" in a record written before they existed, "unavailable" when the sets were too small."""
+    """KID (x 1000), FID-infinity, precision or recall of an available FID record (``fid`` or GS-WGAN's
+    ``fid_train``): "not evaluated" in a record written before they existed, "unavailable" when the sets
+    were too small."""
     sub = fid.get(metric)
     if sub is None:
         return NOT_EVALUATED
@@ -201,9 +204,9 @@ def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
 
 
 def metric_cell(run: Run | None, metric: str) -> str:
-    """FID, KID (x 1000), FID-infinity or a classifier accuracy (percent) of one run, or the reason
-    there is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were
-    too small) and "not evaluated" in a record written before they existed."""
+    """FID, KID (x 1000), FID-infinity, precision, recall or a classifier accuracy (percent) of one run, or
+    the reason there is none: the four beside FID are "unavailable" with FID (or alone, when their sets
+    were too small) and "not evaluated" in a record written before they existed."""
     if run is None:
         return NOT_RUN
     if metric == "fid" or metric in SMALL_N_METRICS:
@@ -272,7 +275,7 @@ def scale_cell(run: Run | None, expected: str) -> str:
 
 
 def fid_reason(run: Run | None, metric: str = "fid") -> str | None:
-    """Why FID (or, with ``metric``, KID or FID-infinity) is unavailable for ``run``; None if it is not."""
+    """Why FID (or, with ``metric``, one of ``SMALL_N_METRICS``) is unavailable for ``run``; None if it is not."""
     fid = run.metrics.get("fid") if run is not None else None
     if isinstance(fid, dict) and not fid.get("available"):
         return str(fid.get("reason") or "no reason recorded") if metric == "fid" else None

@@ -156,7 +156,8 @@ def test_repro_status_experiment_and_cache(repos, experiment):
     assert data["params"]["params.yaml"]["data"]["experiments"][EXP]["hparams"]["m"] == 1.0
     # `dvc metrics show`: the headline numbers, a few columns, not the ~130 of metrics.json
     headline = data["metrics"][f"results/runs/{EXP}/headline.json"]["data"]
-    assert set(headline) == {"accuracy", "fid", "kid", "fid_inf", "epsilon", "lr", "sigma", "steps"}
+    assert set(headline) == {"accuracy", "fid", "kid", "fid_inf", "precision", "recall", "epsilon", "lr", "sigma",
+                             "steps"}
     assert headline["epsilon"] <= 10
     assert f"results/runs/{EXP}/metrics.json" not in data["metrics"]
 

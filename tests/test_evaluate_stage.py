@@ -75,7 +75,7 @@ def workdir(tmp_path: Path, digits28_processed: Path) -> Path:
                              pipeline={"experiments": ["dps_digits"], "sweeps": []})
     p["evaluation"].update(real_datasets=["digits28"], fid_download=False, classifiers=["logreg", "mlp"])
     # FID here checks plumbing: 8 vs 8 images through the Inception network instead of the smoke scale's
-    # 16 vs 16 (half the ~0.3 s per image on a CPU thread); KID and FID-infinity work from 4 images
+    # 16 vs 16 (half the ~0.3 s per image on a CPU thread); KID, FID-infinity, precision and recall work from 4 images
     p["scales"]["smoke"]["fid_samples"] = 8
     p["scales"]["smoke"]["n_synthetic"] = 100  # 10 a class: the sample grid's rows, the classifiers' data
     p["experiments"]["dps_digits"] = {"method": "dp_sinkhorn", "dataset": "digits28", "privacy": {"enabled": False},
@@ -140,12 +140,21 @@ def test_sample_then_evaluate_writes_metrics_with_privacy(workdir):
     assert fid["fid_inf"]["n_values"][-1] == m["preset"]["fid_samples"] == 8
     assert headline["kid"] == round(fid["kid"]["mean"], 6) and headline["fid_inf"] == round(fid["fid_inf"]["mean"], 2)
     assert fid["fid_inf"]["fid_values"][0][-1] == pytest.approx(fid["mean"], rel=1e-6)  # FID_N at N = 8 is FID
+    # precision and recall (Kynkaanniemi et al., k = 3) from the same features: 8 generated vs 8 real test images,
+    # each value a count of images over 8
+    for key in ("precision", "recall"):
+        rec = fid[key]
+        assert rec["available"] and rec["k"] == 3 and rec["n_generated"] == rec["n_reference"] == 8, rec
+        assert rec["values"] == [rec["mean"]] and round(8 * rec["mean"]) == pytest.approx(8 * rec["mean"], abs=1e-9)
+        assert 0.0 <= rec["mean"] <= 1.0 and rec["implementation"].startswith("torch-fidelity")
+        assert headline[key] == round(rec["mean"], 4)
     # the headline file is the record's headline; where FID is unavailable (no weights), its FID, KID and
     # FID-infinity read None, never a number: this record with an "unavailable" FID, through the same code
     assert headline == record.headline()
     gone = {**m, "fid": {"available": False, "fid": None, "reason": "no Inception weights offline"}}
     gone_headline = MetricsRecord.from_dict(gone, experiment="dps_digits", dataset="digits28").headline()
     assert gone_headline["fid"] is None and gone_headline["kid"] is None and gone_headline["fid_inf"] is None
+    assert gone_headline["precision"] is None and gone_headline["recall"] is None
     assert gone_headline["accuracy"] == headline["accuracy"]
 
 

@@ -151,6 +151,11 @@ def test_fid_against_the_training_split_reuses_features_and_is_symmetric(mnist: 
     # 5e-6 absolute)
     assert ts["kid"]["reference_split"] == "train" and ts["fid_inf"]["reference_split"] == "train"
     assert ts["kid"]["available"] and ts["kid"]["mean"] == pytest.approx(real["kid"]["mean"], abs=5e-6)
+    # precision and recall too, and theirs is exact: the fraction of the first set inside the second's k-NN
+    # manifold (precision) and the reverse (recall), so the same two sets the other way round swap them
+    assert ts["precision"]["reference_split"] == "train" and ts["precision"]["n_generated"] == 8
+    assert ts["precision"]["values"] == real["recall"]["values"]
+    assert ts["recall"]["values"] == real["precision"]["values"]
     # a "generator" whose 8 images are those real test images: the test-split FID reads its first 4,
     # the training-split FID all 8 from the same Inception pass -- the real row's number again
     run = fid_scores([mnist.x_test[:8]], mnist, n_samples=4, n_reference=8, train_fid=(8, 8), **common)

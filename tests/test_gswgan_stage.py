@@ -114,6 +114,8 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
         assert ft["kid"]["available"] is True and ft["fid_inf"]["available"] is True
         assert ft["kid"]["reference_split"] == ft["fid_inf"]["reference_split"] == "train"
         assert ft["kid"]["n_reference"] == ft["fid_inf"]["n_reference"] == ft["n_reference"] == 8
+        assert ft["precision"]["available"] and ft["recall"]["reference_split"] == "train"
+        assert ft["precision"]["n_generated"] == ft["recall"]["n_reference"] == 8 and ft["recall"]["k"] == 3
     # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it
     assert real["is"]["classifier"]["cached"] is True and run["is"]["classifier"]["cached"] is True
     assert real["is"]["classifier"]["key"] == run["is"]["classifier"]["key"]
@@ -167,6 +169,9 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert gpate["KID (×10³) ours"] == "reported only"
     assert ours["Calibrated Acc (%) ours"] == f"{100 * calibrated_accuracy(rec, real_rec)['mean']:.1f} (1 run)"
     assert real["Calibrated Acc (%) ours"] == "100.0 (1 run)" and real["ε paper"] == "not reported"
+    assert ours["Precision ours"].startswith(f"{ft['precision']['mean']:.2f}")  # a fraction, 2 digits
+    assert ours["Recall ours"].startswith(f"{ft['recall']['mean']:.2f}")
+    assert gpate["KID (×10³) ours"] == gpate["Recall ours"] == "reported only"
     assert ours["ε paper"] == "10 (δ=1e-05)"
     # the notes say how ours were computed: sizes, network, models, what differs from the authors
     assert "200 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
@@ -186,6 +191,7 @@ def test_an_unavailable_training_split_fid_reads_unavailable(done: dict[str, Any
     run = Run("dps_digits", done["dir"] / "results/runs/dps_digits/metrics.json", m)
     real = Run("real_digits28", done["dir"] / "results/real/digits28/metrics.json", done["real"])
     assert gswgan_cell(run, real, "kid") == gswgan_cell(run, real, "fid_inf") == "unavailable"
+    assert gswgan_cell(run, real, "precision") == gswgan_cell(run, real, "recall") == "unavailable"
     assert gswgan_cell(run, real, "fid") == "unavailable"
     assert gswgan_cell(run, real, "is") != "unavailable"  # the other cells still come from the record
     notes = gswgan_notes([("untrained DCGAN", run), ("Real data", real)], real, "digits28")

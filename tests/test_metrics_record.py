@@ -82,16 +82,19 @@ def test_a_real_data_row_has_no_privacy_report() -> None:
 
 
 SMALL_N = {"kid": {"available": True, "mean": 0.0123456789, "std": 0.0, "n": 1, "values": [0.0123456789]},
-           "fid_inf": {"available": True, "mean": 25.326, "std": 0.0, "n": 1, "values": [25.326]}}
+           "fid_inf": {"available": True, "mean": 25.326, "std": 0.0, "n": 1, "values": [25.326]},
+           "precision": {"available": True, "mean": 0.845, "std": 0.0, "n": 1, "values": [0.845], "k": 3},
+           "recall": {"available": True, "mean": 0.41237, "std": 0.0, "n": 1, "values": [0.41237], "k": 3}}
 FID_OK = {"available": True, "mean": 31.684, "std": 0.0, "n": 1, "values": [31.684]}
 
 
 def test_kid_and_fid_infinity_sit_inside_fid_and_in_the_headline() -> None:
     rec = MetricsRecord.from_dict(_synthetic(fid={**FID_OK, **SMALL_N}).to_dict())
     assert rec.headline()["fid"] == 31.68 and rec.headline()["kid"] == 0.012346 and rec.headline()["fid_inf"] == 25.33
+    assert rec.headline()["precision"] == 0.845 and rec.headline()["recall"] == 0.4124
     # a record written before KID and FID-infinity existed still reads; its headline says None for them
     old = MetricsRecord.from_dict(_synthetic(fid=FID_OK).to_dict())
-    assert old.headline()["kid"] is None and old.headline()["fid_inf"] is None
+    assert old.headline()["kid"] is None and old.headline()["fid_inf"] is None and old.headline()["recall"] is None
     # too small a set for FID-infinity: unavailable with a reason, never a number
     part = {**FID_OK, **SMALL_N, "fid_inf": {"available": False, "reason": "too few"}}
     assert MetricsRecord.from_dict(_synthetic(fid=part).to_dict()).headline()["fid_inf"] is None
@@ -102,9 +105,18 @@ def test_kid_and_fid_infinity_sit_inside_fid_and_in_the_headline() -> None:
     ({"kid": 0.01}, "fid.kid", "must be a mapping with 'available'"),
     ({"fid_inf": {"available": True, "mean": float("nan")}}, "fid.fid_inf", "says available but"),
     ({"kid": {"mean": 0.01, "std": 0.0}}, "fid.kid", "must be a mapping with 'available'"),
+    # a precision or recall is a fraction (KID and FID-infinity may be any finite number)
+    ({"precision": {"available": True, "mean": 1.2, "std": 0.0}}, "fid.precision.mean", "is 1.2, outside \\[0, 1\\]"),
+    ({"recall": {**SMALL_N["recall"], "values": [-0.1], "mean": -0.1}}, "fid.recall.mean", "outside \\[0, 1\\]"),
+    ({"recall": {**SMALL_N["recall"], "mean": 0.5}}, "fid.recall.mean", "but its recorded values give 0.41237"),
+    ({"kid": {"available": True, "mean": -0.002, "std": 0.0}, "precision": {"available": False, "reason": "few"}},
+     None, None),
 ])
-def test_a_malformed_kid_or_fid_infinity_is_refused_by_key(sub: dict, key: str, why: str) -> None:
+def test_a_malformed_kid_or_fid_infinity_is_refused_by_key(sub: dict, key: str | None, why: str | None) -> None:
     d = _synthetic(fid={**FID_OK, **SMALL_N, **sub}).to_dict()
+    if key is None:  # a negative KID and an unavailable precision are valid records
+        assert MetricsRecord.from_dict(d).headline()["precision"] is None
+        return
     with pytest.raises(MetricsError, match=why) as info:
         MetricsRecord.from_dict(d)
     assert info.value.key == key

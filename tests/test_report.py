@@ -347,13 +347,18 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
 
 
 def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Path) -> None:
-    """Ours only (no paper reports them), right after FID; an older record without them reads
-    "not evaluated", an unavailable FID makes them unavailable too, and the notes give the protocol."""
+    """Ours only (no paper reports them), right after FID: KID, FID-infinity, precision and recall; an
+    older record without them reads "not evaluated", an unavailable FID makes them unavailable too, and
+    the notes give the protocol."""
     n_values = [50, 64, 79, 93, 107, 121, 136, 150, 164, 179, 193, 207, 221, 236, 250]
+    prc = {"available": True, "std": 0.0, "n": 1, "k": 3, "n_generated": 250, "n_reference": 250,
+           "reference_split": "test", "implementation": "torch-fidelity 0.4.0 prc_features_to_metric"}
     small = {"kid": {"available": True, "mean": 0.0123, "std": 0.0004, "n": 5, "values": [], "subset_size": 250,
                      "subsets": 1, "n_reference": 250},
              "fid_inf": {"available": True, "mean": 85.04, "std": 1.0, "n": 5, "values": [], "n_values": n_values,
-                         "n_reference": 250}}
+                         "n_reference": 250},
+             "precision": {**prc, "mean": 0.712, "values": [0.712]},
+             "recall": {**prc, "mean": 0.0952, "values": [0.0952]}}
 
     def add_small_n(name: str, **override: Any) -> None:
         path = real_metrics_file(tmp_path, "mnist") if name == "real_mnist" else metrics_file(tmp_path, name)
@@ -366,23 +371,32 @@ def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Pat
     write_metrics(tmp_path, "gswgan_mnist", privacy=GS_PRIVACY)  # written before KID and FID-infinity
     write_metrics(tmp_path, "sinkhorn_mnist_nonprivate", privacy=NP_PRIVACY, fid="no Inception weights offline")
     write_metrics(tmp_path, "real_mnist", fid=(31.7, 0.0))
-    add_small_n("real_mnist", fid_inf={"available": False, "reason": "too few images"})
+    add_small_n("real_mnist", fid_inf={"available": False, "reason": "too few images"},
+                recall={"available": False, "reason": "precision and recall need at least k + 1 = 4 features"})
     b = build_table("table1_mnist", params, tmp_path)
     f = b.frame
     cols = list(f.columns)
-    assert cols[cols.index("FID paper") + 1:cols.index("FID paper") + 3] == ["KID (×10³) ours", "FID∞ ours"]
-    assert not any(c.startswith(("KID", "FID∞")) and c.endswith("paper") for c in cols)
+    assert cols[cols.index("FID paper") + 1:cols.index("FID paper") + 5] == [
+        "KID (×10³) ours", "FID∞ ours", "Precision ours", "Recall ours"]
+    assert not any(c.startswith(("KID", "FID∞", "Precision", "Recall")) and c.endswith("paper") for c in cols)
     dps = row(f, "Method", "DP-Sinkhorn")
     assert dps["KID (×10³) ours"] == "12.30 ± 0.40 (1 run, std over 5 sets)" and dps["FID∞ ours"] == "85.0 ± 1.0 (1 run, std over 5 sets)"
+    assert dps["Precision ours"].startswith("0.71") and dps["Recall ours"].startswith("0.10")  # fractions, 2 digits
     gs = row(f, "Method", "GS-WGAN")
-    assert gs["KID (×10³) ours"] == gs["FID∞ ours"] == "not evaluated"
+    assert gs["KID (×10³) ours"] == gs["FID∞ ours"] == gs["Precision ours"] == gs["Recall ours"] == "not evaluated"
     npr = row(f, "Method", "Non-private Sinkhorn")
-    assert npr["KID (×10³) ours"] == npr["FID∞ ours"] == "unavailable"
+    assert npr["KID (×10³) ours"] == npr["FID∞ ours"] == npr["Recall ours"] == "unavailable"
     assert row(f, "Method", "G-PATE")["FID∞ ours"] == "reported only"
     assert row(f, "Method", "DP-Sinkhorn (grad theta)")["KID (×10³) ours"] == "not run"
     real = row(f, "Method", "Real data")
     assert real["KID (×10³) ours"] == "12.30 ± 0.40 (1 run, std over 5 sets)" and real["FID∞ ours"] == "unavailable"
+    assert real["Precision ours"].startswith("0.71") and real["Recall ours"] == "unavailable"
     assert "FID∞ unavailable for Real data (real_mnist): too few images" in b.notes
+    assert "Recall unavailable for Real data (real_mnist): precision and recall need at least k + 1 = 4 features" \
+        in b.notes
+    (prc_note,) = [n for n in b.notes if n.startswith("Precision and recall ours (real_mnist, dps_mnist):")]
+    assert "arXiv:1904.06991" in prc_note and "(k = 3)" in prc_note and "the first 250 real test images" in prc_note
+    assert "torch-fidelity 0.4.0" in prc_note
     (note,) = [n for n in b.notes if n.startswith("KID and FID∞ ours (dps_mnist):")]
     assert "same 250 real test images as FID" in note
     (real_note,) = [n for n in b.notes if n.startswith("KID ours (real_mnist)")]  # its FID∞ is unavailable
@@ -390,7 +404,8 @@ def test_method_table_kid_and_fid_infinity_beside_fid(params: Any, tmp_path: Pat
     assert "arXiv:1801.01401" in note and "arXiv:1911.07023" in note and "50 to 250 generated (or real training) images" in note
     assert "below 2,048 images" in note  # at these counts FID-infinity is still biased: said so
     # grid tables keep their columns (their figures plot ours against the paper's, metric by metric)
-    assert not any(c.startswith("KID") for c in build_table("pm_grid_mnist", params, tmp_path).frame.columns)
+    grid = build_table("pm_grid_mnist", params, tmp_path).frame.columns
+    assert not any(c.startswith(("KID", "Precision")) for c in grid)
 
 
 def test_missing_runs_print_paper_values_with_not_run(params: Any, tmp_path: Path) -> None:

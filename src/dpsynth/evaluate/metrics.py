@@ -137,10 +137,11 @@ def _images_to_compute(extractor: Any, cached_sets: list[np.ndarray], cache_dir:
 
 
 def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: str = "test") -> dict[str, Any]:
-    """KID and FID-infinity (``dpsynth.evaluate.fidelity``) of each synthetic set's Inception features
-    against the reference (``FidStatistics`` with features): {"kid": ..., "fid_inf": ...}, each
-    mean/std over the sets plus the protocol (subset sizes, the N values and fit), or
-    {"available": False, "reason"} when a set is too small. Set k draws its subsets from seed + k.
+    """KID, FID-infinity, precision and recall (``dpsynth.evaluate.fidelity``) of each synthetic set's
+    Inception features against the reference (``FidStatistics`` with features): {"kid", "fid_inf",
+    "precision", "recall"}, each mean/std over the sets plus the protocol (subset sizes, the N values and
+    fit; k, the counts and the implementation), or {"available": False, "reason"} when a set is too small.
+    Set i draws its KID and FID-infinity subsets from seed + i (precision and recall draw nothing).
 
     The reference is FID's own (the first ``n_reference`` test images), so the FID column keeps its
     meaning and nothing costs more Inception time. At the quick scale that is 200 images, whose own
@@ -153,7 +154,7 @@ def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: st
     MNIST and Fashion-MNIST, in a quick pipeline with under 5 minutes to spare), so a larger
     reference was not taken."""
     from dpsynth.errors import DataError
-    from dpsynth.evaluate.fidelity import fid_infinity, kid, reference_factor
+    from dpsynth.evaluate.fidelity import fid_infinity, kid, precision_recall, reference_factor
 
     common = {"n_reference": int(ref.n), "reference_split": split}
     out: dict[str, Any] = {}
@@ -175,6 +176,16 @@ def small_n_scores(features: list[np.ndarray], ref: Any, *, seed: int, split: st
                           "seed": seed, **common}
     except DataError as exc:
         out["fid_inf"] = {"available": False, "reason": str(exc)}
+    try:
+        t0 = time.perf_counter()
+        prcs = [precision_recall(f, ref.features) for f in features]
+        protocol = {key: prcs[0][key] for key in ("k", "n_generated", "n_reference", "implementation")}
+        seconds = round(time.perf_counter() - t0, 2)
+        for key in ("precision", "recall"):
+            out[key] = {"available": True, **mean_std([r[key] for r in prcs]), **protocol,
+                        "reference_split": split, "seconds": seconds}
+    except DataError as exc:
+        out["precision"], out["recall"] = ({"available": False, "reason": str(exc)} for _ in range(2))
     return out
 
 
@@ -195,7 +206,8 @@ def _head(st: Any, n: int) -> Any:
 
 def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str, Any]:
     """GS-WGAN's FID: each set's statistics against the real TRAINING split's (``fid_scores(train_fid=)``),
-    with KID and FID-infinity from the same features against the same reference (``small_n_scores``).
+    with KID, FID-infinity, precision and recall from the same features against the same reference
+    (``small_n_scores``).
 
     Through covariance factors (``fid.frechet_distance``): with fewer images than the 2,048 features
     (the quick scale) an n x m SVD instead of 2048 x 2048 eigensolves, milliseconds instead of ~5 s
@@ -215,7 +227,7 @@ def _train_split_fid(extractor: Any, generated: list[Any], ref: Any) -> dict[str
     if not all(np.isfinite(fids)):
         return {"available": False, "reason": f"FID computation gave a non-finite value ({fids})",
                 "reference_split": "train"}
-    # KID and FID-infinity beside it, as beside every FID here: same features, same training reference
+    # KID, FID-infinity, precision and recall beside it, as beside every FID here: same features and reference
     small_n = small_n_scores([g.features for g in generated], ref, seed=0, split="train")
     return {"available": True, **mean_std(fids), "reference_split": "train",
             "n_generated": int(generated[0].n), "n_reference": int(ref.n), "extractor": extractor.extractor,
@@ -228,7 +240,8 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
                real_row: bool = False, device: str = "cpu") -> dict[str, Any]:
     """FID of each synthetic set vs the real test split; 'unavailable' (with reason), never a number.
     Beside it, from the same features and reference, KID and FID-infinity (``small_n_scores``),
-    which do not read high merely because N is small.
+    which do not read high merely because N is small, and precision and recall, which tell poor images
+    from missing ones.
 
     The network is loaded once and the reference statistics computed once for all sets (and, with
     ``cache_dir``, once for all jobs: ``reference_statistics``).
@@ -280,7 +293,7 @@ def fid_scores(sets: list[np.ndarray], real: Dataset, *, n_samples: int, weights
             "n_synthetic": int(min(n_samples, len(sets[0]))), "n_reference": int(len(ref)),
             "extractor": extractor.extractor, "feature_extractor": extractor.extractor_name,
             "weights_path": str(path), "weights_sha256": extractor.weights_sha256, "device": device,
-            **small_n, "kid_fid_inf_seconds": round(time.perf_counter() - t0, 2),
+            **small_n, "small_n_seconds": round(time.perf_counter() - t0, 2),
             **({} if train_ref is None else {"train_split": train_split})}
 
 
@@ -288,7 +301,7 @@ def real_data_fid(real: Dataset, *, n_samples: int, weights: str | None, allow_d
                   timeout: float, cache_dir: str | Path | None = None, n_reference: int | None = None,
                   seed: int = 0, train_fid: tuple[int, int | None] | None = None,
                   device: str = "cpu") -> dict[str, Any]:
-    """The "Real data" row's FID, KID and FID-infinity: the real training split vs the real test
+    """The "Real data" row's FID, KID, FID-infinity, precision and recall: the real training split vs the real test
     split, the floor any generator's (same reference, same counts) is read against -- and where a
     reader sees how far FID-infinity at these counts still is from the papers' FID at 60,000.
     ``train_fid``: also GS-WGAN's real row, the real test split against the training split."""

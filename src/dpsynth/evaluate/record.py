@@ -26,9 +26,9 @@ REQUIRED_KEYS = ("experiment", "dataset", "method", "classifiers", "fid", "priva
 HEADLINE_FILE = "headline.json"
 #: Keys of a synthetic-data run only (absent from a real-data row's file); each may be null.
 SYNTHETIC_KEYS = ("w2", "n_synthetic_sets", "n_synthetic", "seconds", "train")
-#: Inside an available ``fid``: KID and FID-infinity (``dpsynth.evaluate.fidelity``), optional so that
-#: records written before them still read.
-FIDELITY_KEYS = ("kid", "fid_inf")
+#: Inside an available ``fid``: KID, FID-infinity, precision and recall (``dpsynth.evaluate.fidelity``),
+#: optional so that records written before them still read.
+FIDELITY_KEYS = ("kid", "fid_inf", "precision", "recall")
 
 
 #: ``protocols`` key of GS-WGAN's Table 1 protocol (``dpsynth.evaluate.gswgan_protocol``), and the name
@@ -96,10 +96,13 @@ def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-#: The range of each measured quantity: an accuracy is a fraction, FID, W2 and IS are >= 0 (KID and
-#: FID-infinity are estimates that may fall below 0: finite only). A value outside is a damaged or
-#: hand-edited file, never a measurement.
+#: The range of each measured quantity: an accuracy (and a precision or recall) is a fraction, FID, W2 and
+#: IS are >= 0 (KID and FID-infinity are estimates that may fall below 0: finite only). A value outside is
+#: a damaged or hand-edited file, never a measurement.
 ACCURACY, NON_NEGATIVE, ANY = (0.0, 1.0), (0.0, math.inf), (-math.inf, math.inf)
+#: The range of each of ``FIDELITY_KEYS``, and the digits ``MetricsRecord.headline`` rounds it to.
+FIDELITY_BOUNDS = {"kid": ANY, "fid_inf": ANY, "precision": ACCURACY, "recall": ACCURACY}
+FIDELITY_DIGITS = {"kid": 6, "fid_inf": 2, "precision": 4, "recall": 4}
 
 
 def _check_summary(key: str, rec: dict[str, Any], bounds: tuple[float, float]) -> None:
@@ -146,11 +149,11 @@ class MetricsRecord:
     #: classifier kind -> {"mean", "std", "n", "values", "runs"} (accuracy on the real test split);
     #: empty for an unconditional method, which is scored by ``w2``
     classifiers: dict[str, dict[str, Any]]
-    #: {"available": True, "mean", "std", "n", "values", counts, extractor, weights, "kid", "fid_inf" ...}
-    #: or {"available": False, "fid": None, "reason"}: never a number that was not measured. "kid" and
-    #: "fid_inf" (``FIDELITY_KEYS``: KID and FID-infinity from the same features and reference, each
-    #: {"available": True, "mean", "std", ...protocol} or {"available": False, "reason"}) are absent
-    #: from records written before they existed; readers show those as not evaluated
+    #: {"available": True, "mean", "std", "n", "values", counts, extractor, weights, "kid", "fid_inf",
+    #: "precision", "recall" ...} or {"available": False, "fid": None, "reason"}: never a number that was not
+    #: measured. "kid", "fid_inf", "precision" and "recall" (``FIDELITY_KEYS``: from the same features and
+    #: reference, each {"available": True, "mean", "std", ...protocol} or {"available": False, "reason"}) are
+    #: absent from records written before they existed; readers show those as not evaluated
     fid: dict[str, Any]
     privacy: dict[str, Any] | None  # the run's privacy report (verified by readers); None for a real-data row
     scale: str
@@ -205,14 +208,15 @@ class MetricsRecord:
     def headline(self) -> dict[str, Any]:
         """The few numbers ``dvc metrics show`` prints per run, readable in a terminal (DVC flattens a
         whole metrics.json into ~130 columns): accuracy per classifier, FID (W2 for an unconditional
-        generator), KID and FID-infinity, and for a generator the epsilon it spent and the lr, sigma
-        and steps it trained with. None where a number was not measured (or is infinite: a
+        generator), KID, FID-infinity, precision and recall, and for a generator the epsilon it spent and
+        the lr, sigma and steps it trained with. None where a number was not measured (or is infinite: a
         non-private run's epsilon)."""
         out: dict[str, Any] = {"accuracy": {k: round(float(v["mean"]), 4) for k, v in self.classifiers.items()},
                                "fid": round(float(self.fid["mean"]), 2) if self.fid.get("available") else None}
-        for key, digits in zip(FIDELITY_KEYS, (6, 2)):
+        for key in FIDELITY_KEYS:
             sub = self.fid.get(key) if self.fid.get("available") else None
-            out[key] = round(float(sub["mean"]), digits) if isinstance(sub, dict) and sub.get("available") else None
+            out[key] = round(float(sub["mean"]), FIDELITY_DIGITS[key]) \
+                if isinstance(sub, dict) and sub.get("available") else None
         if self.w2 is not None:
             out["w2"] = round(float(self.w2["mean"]), 4)
         if self.is_real_data:
@@ -231,7 +235,8 @@ class MetricsRecord:
         ``experiment`` (when given) is the name the file must be of, ``dataset`` the dataset it must
         be on; ``real``: the file is a real-data row's, whose ``privacy`` is null (every other run's
         is a mapping). The checks run in this order: required keys, the experiment's name, the three
-        names, the dataset, classifiers, FID (then its KID and FID-infinity, where present), privacy."""
+        names, the dataset, classifiers, FID (then its KID, FID-infinity, precision and recall, where present),
+        privacy."""
         for key in REQUIRED_KEYS:
             if key not in d:
                 raise MetricsError(key, "is missing")
@@ -266,14 +271,14 @@ class MetricsRecord:
             _check_summary("fid", fid, NON_NEGATIVE)
         for key in FIDELITY_KEYS if fid["available"] else ():
             sub = fid.get(key)
-            if sub is None:  # written before KID and FID-infinity existed
+            if sub is None:  # written before this measure existed
                 continue
             if not isinstance(sub, dict) or not isinstance(sub.get("available"), bool):
                 raise MetricsError(f"fid.{key}", f"must be a mapping with 'available' true/false, got {sub!r}")
             if sub["available"] and not (_finite(sub.get("mean")) and _finite(sub.get("std", 0.0))):
                 raise MetricsError(f"fid.{key}", f"says available but has no numeric 'mean'/'std': {sub!r}")
             if sub["available"]:
-                _check_summary(f"fid.{key}", sub, ANY)
+                _check_summary(f"fid.{key}", sub, FIDELITY_BOUNDS[key])
         w2 = d.get("w2")
         if w2 is not None:
             if not isinstance(w2, dict):

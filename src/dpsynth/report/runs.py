@@ -30,10 +30,12 @@ NOT_APPLICABLE = "n/a"
 #: Metric id -> column label. Accuracies are printed in percent like the papers.
 METRICS = {"fid": "FID", "logreg": "LogReg (%)", "mlp": "MLP (%)", "cnn": "CNN (%)"}
 #: Ours only, read from inside ``fid`` (``dpsynth.evaluate.fidelity``): KID, printed x 1000 like the
-#: accuracies' percent, and FID-infinity. No paper reports either, so they have no paper column; they
-#: are apart from ``METRICS`` because the figures plot those against the papers'.
-SMALL_N_METRICS = {"kid": "KID (×10³)", "fid_inf": "FID∞"}
-_SCALE = {"kid": (1000.0, 2), "fid_inf": (1.0, 1)}  # printed value = scale x mean, digits
+#: accuracies' percent, FID-infinity, and Kynkäänniemi et al.'s precision and recall, printed as fractions.
+#: None of the papers whose tables we rebuild reports them, so they have no paper column; they are apart
+#: from ``METRICS`` because the figures plot those against the papers'.
+SMALL_N_METRICS = {"kid": "KID (×10³)", "fid_inf": "FID∞", "precision": "Precision", "recall": "Recall"}
+#: printed value = scale x mean, digits
+_SCALE = {"kid": (1000.0, 2), "fid_inf": (1.0, 1), "precision": (1.0, 2), "recall": (1.0, 2)}
 
 #: Epsilon conventions in the order tables list them; unknown ones follow, sorted.
 CONVENTION_ORDER = ("non_private", "rdp_classic", "rdp_modern", "pld",
@@ -251,7 +253,8 @@ def small_n_cell(fid: dict[str, Any], metric: str, where: str) -> str:
 
 def metric_record(run: Run, metric: str) -> dict[str, Any] | str:
     """One run's record of FID, KID, FID-infinity or a classifier's accuracy, or the cell that says why there
-    is none: KID and FID-infinity are "unavailable" with FID (or alone, when their sets were too small) and
+    is none: KID, FID-infinity, precision and recall are "unavailable" with FID (or alone, when their sets were
+    too small) and
     "not evaluated" in a record written before they existed."""
     if metric == "fid" or metric in SMALL_N_METRICS:
         fid = run.metrics.get("fid")
@@ -332,7 +335,7 @@ def scale_cell(run: Run | None, expected: str) -> str:
 
 
 def fid_reason(run: Run | None, metric: str = "fid") -> str | None:
-    """Why FID (or, with ``metric``, KID or FID-infinity) is unavailable for ``run``; None if it is not."""
+    """Why FID (or, with ``metric``, one of ``SMALL_N_METRICS``) is unavailable for ``run``; None if it is not."""
     fid = run.metrics.get("fid") if run is not None else None
     if isinstance(fid, dict) and not fid.get("available"):
         return str(fid.get("reason") or "no reason recorded") if metric == "fid" else None

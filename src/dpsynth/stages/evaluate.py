@@ -111,7 +111,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     fid = record.fid
     print(f"{record.experiment}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
                                           f"unavailable ({fid['reason']})"))
-    for key, name in (("kid", "KID"), ("fid_inf", "FID-infinity")):
+    for key, name in (("kid", "KID"), ("fid_inf", "FID-infinity"), ("precision", "precision"), ("recall", "recall")):
         sub = fid.get(key) if fid["available"] else None
         if isinstance(sub, dict):
             print(f"{record.experiment}: {name} " + (f"{sub['mean']:.4g}" if sub.get("available") else

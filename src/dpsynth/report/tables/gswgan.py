@@ -95,9 +95,11 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
             notes.append(f"FID ours ({', '.join(names)}): {n_gen} generated images (the Real data row: real test "
                          f"images) against the first {n_ref} images of the real TRAINING split, as GS-WGAN's "
                          "eval_fid.py compares them (20,000 against the whole training split, 60,000), with the TF "
-                         "Inception of every FID here; FID is biased upward at small N. KID (×10³) and FID∞ "
-                         "ours: from the same features against the same training images (no paper column: GS-WGAN "
-                         "reports neither), KID unbiased at any N, FID∞ extrapolating the generated side only")
+                         "Inception of every FID here; FID is biased upward at small N. KID (×10³), FID∞, "
+                         "precision and recall ours: from the same features against the same training images (no "
+                         "paper column: GS-WGAN reports none of them), KID unbiased at any N, FID∞ extrapolating "
+                         "the generated side only, precision and recall (Kynkäänniemi et al., NeurIPS 2019, "
+                         "arXiv:1904.06991; k = 3) on equal counts, the smaller of the two")
     for (n_models, n_train, n_test, max_iter, left, devs), names in _group(runs, lambda run, rec: (
             len(rec["accuracy"]["models"]), rec["zoo"].get("n_train"), rec["zoo"].get("n_test"),
             rec["zoo"].get("max_iter"), tuple(sorted(rec["accuracy"].get("missing", {}).items())),

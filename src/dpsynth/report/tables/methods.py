@@ -1,7 +1,7 @@
 """``kind: methods`` tables: one row per method of a paper's results table -- the rows
 params.yaml lists, each tied to a paper row or to one of our runs or both, then every
 experiment or sweep cell of the table not listed -- with our cells beside the paper's, and
-beside FID our KID and FID-infinity (no paper column: the papers report neither). A table with
+beside FID our KID, FID-infinity, precision and recall (no paper column: the papers report none of them). A table with
 ``protocol: gs_wgan`` has GS-WGAN Table 1's columns instead (``gswgan``)."""
 
 from __future__ import annotations
@@ -85,13 +85,13 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         for metric, label in GSWGAN_METRICS.items() if gswgan else ():
             rec[f"{label} ours"] = gswgan_cell(run, real_run, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
-            if metric == "fid":  # KID and FID-infinity beside FID here too (ours only)
+            if metric == "fid":  # KID, FID-infinity, precision and recall beside FID here too (ours only)
                 for small, small_label in SMALL_N_METRICS.items():
                     rec[f"{small_label} ours"] = gswgan_cell(run, real_run, small) if ours_exists else REPORTED_ONLY
         for metric, label in () if gswgan else METRICS.items():
             rec[f"{label} ours"] = metric_cell(reps, metric) if ours_exists else REPORTED_ONLY
             rec[f"{label} paper"] = _paper_metric(pt, rid, metric, dataset)
-            if metric == "fid":  # KID and FID-infinity beside FID; ours only (no paper reports them)
+            if metric == "fid":  # KID, FID-infinity, precision and recall beside FID; ours only (no paper column)
                 for extra, extra_label in SMALL_N_METRICS.items():
                     rec[f"{extra_label} ours"] = metric_cell(reps, extra) if ours_exists else REPORTED_ONLY
         rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED

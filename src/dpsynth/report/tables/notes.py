@@ -1,7 +1,7 @@
-"""The notes printed under a table: the paper's own notes, why a FID (KID, FID-infinity) cell is
-unavailable, the sample counts and network behind our FID cells (and, in a methods table, the
-protocol of our KID and FID-infinity cells), what a reduced scale changed, and the
-configuration's own notes (params.yaml ``tables.<name>.notes``)."""
+"""The notes printed under a table: the paper's own notes, why a FID (KID, FID-infinity, precision,
+recall) cell is unavailable, the sample counts and network behind our FID cells (and, in a methods
+table, the protocol of our KID, FID-infinity, precision and recall cells), what a reduced scale
+changed, and the configuration's own notes (params.yaml ``tables.<name>.notes``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ FEATURE_DIM = 2048
 
 def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable], *,
            small_n: bool = False, fid: bool = True) -> list[str]:
-    """``small_n``: the table shows our KID and FID-infinity columns (methods tables); ``fid`` False: it
+    """``small_n``: the table shows our KID, FID-infinity, precision and recall columns (methods tables);
+    ``fid`` False: it
     shows no FID against the test split (GS-WGAN's protocol table, whose FID has notes of its own)."""
     notes: list[str] = []
     for p in {p.table_id: p for p in papers}.values():
@@ -32,6 +33,7 @@ def _notes(rows_runs: list[tuple[str, Run | None]], papers: list[PaperTable], *,
         notes += _fid_protocol_notes([run for _, run in rows_runs])
     if small_n:
         notes += _small_n_notes([run for _, run in rows_runs])
+        notes += _prc_notes([run for _, run in rows_runs])
     notes += _scale_notes([run for _, run in rows_runs])
     return notes
 
@@ -68,7 +70,7 @@ def _small_n_notes(runs: list[Run | None]) -> list[str]:
         if not (isinstance(fid, dict) and fid.get("available")):
             continue
         kid, inf = (fid.get(k) if isinstance(fid.get(k), dict) and fid[k].get("available") else None
-                    for k in SMALL_N_METRICS)
+                    for k in ("kid", "fid_inf"))
         if kid is None and inf is None:
             continue
         ns = (inf or {}).get("n_values") or [None]
@@ -96,6 +98,28 @@ def _small_n_notes(runs: list[Run | None]) -> list[str]:
                              "papers' FID")
         notes.append(". ".join(parts))
     return notes
+
+
+def _prc_notes(runs: list[Run | None]) -> list[str]:
+    """What our precision and recall cells are, per protocol (k, the equal counts, the reference split,
+    the implementation): one note per distinct protocol, naming its runs."""
+    seen: dict[tuple[Any, ...], list[str]] = {}
+    for run in runs:
+        fid = run.metrics.get("fid") if run is not None else None
+        rec = fid.get("precision") if isinstance(fid, dict) and fid.get("available") else None
+        if run is not None and isinstance(rec, dict) and rec.get("available"):
+            key = (rec.get("k"), rec.get("n_generated"), rec.get("n_reference"), rec.get("reference_split", "test"),
+                   rec.get("implementation"))
+            seen.setdefault(key, []).append(run.name)
+    return [f"Precision and recall ours ({', '.join(names)}): Kynkäänniemi et al., \"Improved Precision and Recall "
+            "Metric for Assessing Generative Models\", NeurIPS 2019, arXiv:1904.06991 -- the fraction of generated "
+            "(or real training) images inside the real images' manifold, and of real images inside the generated "
+            "ones', each manifold the union of balls around its images, each reaching that image's k-th nearest "
+            f"neighbour in its own set (k = {k}), in the same Inception features as FID; the first {n_g} generated "
+            f"(or real training) images against the first {n_r} real {split} images (equal counts, as the paper), "
+            f"{impl}; no paper reports them. A k-NN manifold of a finite sample misses part of its own "
+            "distribution, so neither reaches 1 even for real data: read them against the Real data row's"
+            for (k, n_g, n_r, split, impl), names in seen.items()]
 
 
 def _scale_notes(runs: list[Run | None]) -> list[str]:

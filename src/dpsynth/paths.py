@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
-           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_runs_dir",
+           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_samples", "w2_noise_runs_dir",
            "warmstart_dir", "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
 
 RUNS = "runs"
@@ -100,6 +100,13 @@ def real_metrics_file(results: str | Path, dataset: str) -> Path:
 
 def w2_noise_csv(results: str | Path, dataset: str) -> Path:
     return Path(results) / W2_NOISE / f"{dataset}.csv"
+
+
+def w2_noise_samples(csv_path: str | Path) -> Path:
+    """Beside a W2 sweep's CSV: each run's generated records, for the report's sample grids (outside the guarantee
+    like the CSV: the sweep trains on the clean training records with seeded noise)."""
+    p = Path(csv_path)
+    return p.with_name(p.stem + "_samples.npz")
 
 
 def warmstart_dir(private: str | Path, name: str) -> Path:

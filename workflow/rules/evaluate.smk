@@ -67,6 +67,7 @@ rule w2_noise:
     output:
         csv="results/w2_noise/{dataset}.csv",
         info="results/w2_noise/{dataset}.json",
+        samples="results/w2_noise/{dataset}_samples.npz",
         settings=settings_path("w2_noise", "{dataset}"),
     log:
         "logs/w2_noise/{dataset}.log",

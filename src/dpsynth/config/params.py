@@ -93,6 +93,10 @@ class W2NoiseSweep(Strict):
         default=None, gt=0, allow_inf_nan=False, description="one of noise_levels: each loss is also trained there "
         "at twice the steps (rows with role step_check), the evidence that `steps` has converged (the report "
         "checks that no W2 moves by more than 5 %)")
+    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, description="one training run of every (loss, noise) per seed -- its weights, batches and "
+        "privatization noise -- so the report has the spread between runs to decide each claim with (None: "
+        "params seeds)")
     workers: int = Field(default=1, ge=1, le=64, description="processes that train the sweep's runs side by side "
                          "(each with params `threads` torch threads; the rows do not depend on it, so it is not "
                          "in the job's fingerprint, and the Snakemake job asks for threads x workers cores)")
@@ -107,7 +111,7 @@ class W2NoiseSweep(Strict):
                                   f"{self.noise_levels}")
         return self
 
-    @field_validator("noise_levels", "losses", "scales")
+    @field_validator("noise_levels", "losses", "scales", "seeds")
     @classmethod
     def _nonempty_unique(cls, v: list[Any] | None) -> list[Any] | None:
         if v is None:
@@ -281,7 +285,7 @@ class Params(Strict):
             seen[cell] = e
 
     def _check_train_size_table(self, tname: str, table: Table) -> None:
-        """A ``kind: train_size`` figure (Reshetova et al. Fig. 11): sweeps over n alone of an entropic_wgan
+        """A ``kind: train_size`` figure (Reshetova et al. Fig. 11): sweeps over n (and seed) of an entropic_wgan
         run on locally privatized records of its dataset, at least two sizes between them."""
         if table.dataset is None or not table.sweeps or table.experiments:
             raise KeyedValueError(f"tables.{tname}", "a train_size figure needs dataset and sweeps (over n), "
@@ -290,9 +294,10 @@ class Params(Strict):
         for s in table.sweeps:
             sweep, base = self.sweeps[s], self.experiments[self.sweeps[s].base]
             keys = {k for cell in sweep.cell_list() for k in cell}
-            if keys != {"n"}:
+            if keys not in ({"n"}, {"n", "seed"}):
                 raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r} sweeps {sorted(keys)}; a train_size "
-                                      "figure's sweeps sweep n (the training-set size) alone")
+                                      "figure's sweeps sweep n (the training-set size), alone or with seed (repeated "
+                                      "training runs per n)")
             if not base.spec.noise_matched_loss or base.local is None or base.dataset != table.dataset:
                 raise KeyedValueError(f"tables.{tname}.sweeps", f"sweep {s!r}'s base {sweep.base!r} is not an "
                                       f"{_noise_matched_methods()} run on locally privatized {table.dataset}")

@@ -30,6 +30,12 @@ SWEEP_LOSSES = ("entropic", "exact", "sinkhorn_divergence")
 #: The step count's criterion (Figs. 5 and 11; the papers state no count): twice the steps move no W2 to the
 #: clean data by more than this fraction. The stage records it, the report checks it on the step-check runs.
 STEP_CHECK_TOLERANCE = 0.05
+#: Sample draws per trained generator: each a fresh generated sample and a fresh subsample of the clean records;
+#: their spread (``w2_draw_std``) is the estimator's noise, the claim checker's interval where one run is all
+#: there is (it cannot see the spread between training runs, and the report says so).
+W2_DRAWS = 8
+#: Generated records kept per run for the report's sample grids (rounded; the sweep is outside the guarantee).
+SAMPLES_KEPT = 36
 
 
 def _check(x: np.ndarray, name: str) -> np.ndarray:
@@ -109,22 +115,25 @@ class NoiseRun:
 
     loss: str
     noise_std: float
-    level: int  # index of the noise level in the sweep: seeds that level's privatization noise
+    level: int  # index of the noise level in the sweep: with ``seed``, seeds that level's privatization noise
     steps: int
     role: str = "figure"
+    seed: int = 0  # one training run: its weights, batches and privatization noise (another seed, another run)
 
 
 def sweep_runs(noise_levels: Sequence[float], losses: Sequence[str], steps: int,
-               check_level: float | None = None) -> list[NoiseRun]:
-    """Every run of the sweep, in the CSV's order: each (noise level, loss) at ``steps``, then, with
-    ``check_level``, each loss at that noise level at ``2 * steps``."""
+               check_level: float | None = None, seeds: Sequence[int] = (0,)) -> list[NoiseRun]:
+    """Every run of the sweep, in the CSV's order: per seed (one training run of every setting), each (noise
+    level, loss) at ``steps``, then, with ``check_level``, each loss at that noise level at ``2 * steps``."""
     levels = [float(s) for s in noise_levels]
-    runs = [NoiseRun(loss, s, k, steps) for k, s in enumerate(levels) for loss in losses]
-    if check_level is not None:
-        if float(check_level) not in levels:
-            raise ConfigError(f"check_noise_level {check_level!r} is not one of the noise levels {levels}")
-        k = levels.index(float(check_level))
-        runs += [NoiseRun(loss, levels[k], k, 2 * steps, "step_check") for loss in losses]
+    if check_level is not None and float(check_level) not in levels:
+        raise ConfigError(f"check_noise_level {check_level!r} is not one of the noise levels {levels}")
+    runs = []
+    for seed in seeds:
+        runs += [NoiseRun(loss, s, k, steps, seed=int(seed)) for k, s in enumerate(levels) for loss in losses]
+        if check_level is not None:
+            k = levels.index(float(check_level))
+            runs += [NoiseRun(loss, levels[k], k, 2 * steps, "step_check", int(seed)) for loss in losses]
     return runs
 
 
@@ -174,17 +183,22 @@ def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarra
                              generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
     spec = LossSpec(loss=run.loss, p=2, temperature=lam, n_iter=st["sinkhorn_iters"], scaling=st["sinkhorn_scaling"])
     t0 = time.perf_counter()
-    noisy = _privatized(train, run.noise_std, st["seed"], run.level)
-    gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=st["seed"], on_step=on_step)
+    noisy = _privatized(train, run.noise_std, run.seed, run.level)
+    gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=run.seed, on_step=on_step)
     del noisy
     n_eval = st["n_eval"]
-    fake = sample_records(gen, n_eval, st["seed"] + 1)
-    noisy_ref, _ = _held_out(ref, run.noise_std, st["seed"], run.level, n_eval)
-    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role,
-            "w2": w2_distance(fake, ref, n=n_eval, seed=st["seed"]),
+    fake = sample_records(gen, n_eval, run.seed + 1)
+    noisy_ref, _ = _held_out(ref, run.noise_std, run.seed, run.level, n_eval)
+    w2 = w2_distance(fake, ref, n=n_eval, seed=run.seed)
+    draws = [w2] + [w2_distance(sample_records(gen, n_eval, run.seed + 1 + 7919 * k), ref, n=n_eval,
+                                seed=run.seed + 7919 * k) for k in range(1, st.get("draws", W2_DRAWS))]
+    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role, "w2": w2,
+            "w2_draw_std": float(np.std(draws, ddof=1)) if len(draws) > 1 else float("nan"),
+            "w2_draws": len(draws),
             "entropic_w2_privatized": entropic_w2(fake[:len(noisy_ref)], noisy_ref, lam, n=None),
-            "temperature": lam, "steps": run.steps, "batch_size": st["batch_size"], "seed": st["seed"],
-            "n_eval": n_eval, "seconds": round(time.perf_counter() - t0, 2)}
+            "temperature": lam, "steps": run.steps, "batch_size": st["batch_size"], "seed": run.seed,
+            "n_eval": n_eval, "samples": fake[:SAMPLES_KEPT].round(3).tolist(),
+            "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def noise_sweep(
@@ -200,8 +214,9 @@ def noise_sweep(
     optimizer: str = "adam",
     sinkhorn_iters: int = 200,
     sinkhorn_scaling: float | None = None,
-    seed: int = 0,
+    seeds: Sequence[int] = (0,),
     n_eval: int = 1000,
+    draws: int = W2_DRAWS,
     check_level: float | None = None,
     workers: int = 1,
     threads: int = 1,
@@ -233,16 +248,18 @@ def noise_sweep(
         raise ConfigError(f"noise_sweep: losses must be a non-empty subset of {list(SWEEP_LOSSES)}, got {list(losses)}")
     if not noise_levels or any(not np.isfinite(s) or s <= 0 for s in noise_levels):
         raise ConfigError(f"noise_sweep: noise levels must be finite and > 0, got {list(noise_levels)}")
-    runs = sweep_runs(noise_levels, losses, steps, check_level)
+    runs = sweep_runs(noise_levels, losses, steps, check_level, seeds)
     settings = {"generator": generator, "batch_size": batch_size, "lr": lr, "optimizer": optimizer,
-                "sinkhorn_iters": sinkhorn_iters, "sinkhorn_scaling": sinkhorn_scaling, "seed": seed, "n_eval": n_eval}
+                "sinkhorn_iters": sinkhorn_iters, "sinkhorn_scaling": sinkhorn_scaling, "n_eval": n_eval,
+                "draws": draws}
     cache = _RowCache(cache_dir, settings, clean_train, clean_ref) if cache_dir is not None else None
-    stats: dict[int, dict[str, float]] = {}
+    stats: dict[tuple[int, int], dict[str, float]] = {}
 
     def finish(run: NoiseRun, row: dict[str, Any]) -> dict[str, Any]:
-        if run.level not in stats:
-            stats[run.level] = level_stats(clean_train, clean_ref, run.noise_std, run.level, seed=seed, n_eval=n_eval)
-        row = {**row, **stats[run.level]}
+        key = (run.seed, run.level)
+        if key not in stats:
+            stats[key] = level_stats(clean_train, clean_ref, run.noise_std, run.level, seed=run.seed, n_eval=n_eval)
+        row = {**row, **stats[key]}
         if on_row is not None:
             on_row(row)
         return row

@@ -23,6 +23,7 @@ import pandas as pd
 from dpsynth.config import Params
 from dpsynth.io import atomic_open
 from dpsynth.paths import samples_png, w2_noise_csv
+from dpsynth.report.w2_samples import w2_sample_grid
 from dpsynth.report.plotting import placeholder as _placeholder
 from dpsynth.report.plotting import plt as _plt
 from dpsynth.report.plotting import save as _save
@@ -90,6 +91,11 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
         if "w2_privatized_data" in df:
             base = df.groupby("noise")["w2_privatized_data"].mean()
             ax.plot(base.index, base.values, "k--", label="privatized data itself")
+        refs = read_w2_csv(src, role="reference")
+        for r, style in zip(refs.itertuples(), (":", "-.", (0, (1, 3)), (0, (5, 5)))):
+            if str(r.loss) != "the mean image":  # off the scale of the rest; the table has it
+                ax.axhline(float(r.w2), color="grey", ls=style, lw=0.9, label=f"reference: {r.loss}")
+        out.append(w2_sample_grid(src, ds, Path(out_dir)))
         ax.set_xlabel("noise std σ")
         ax.set_ylabel("W2 to the clean data")
         ax.set_title(f"W2 vs noise ({ds}); Reshetova et al. Fig. 5 gives this only as a plot\nseeded noise on the "

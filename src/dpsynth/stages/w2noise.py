@@ -21,8 +21,13 @@ from dpsynth.stages.common import prepare_cpu
 if TYPE_CHECKING:
     from dpsynth.config import Params
 
-FIELDS = ("loss", "noise_std", "role", "seed", "w2", "w2_privatized_data", "entropic_w2_privatized",
+FIELDS = ("loss", "noise_std", "role", "seed", "w2", "w2_draw_std", "w2_draws", "w2_privatized_data", "entropic_w2_privatized",
           "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
+
+
+def sample_key(row: dict) -> str:
+    """One run's key in the samples file: role, loss, noise level and seed."""
+    return f"{row['role']}|{row['loss']}|{float(row['noise_std']):g}|{int(row['seed'])}"
 
 
 def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: str | None = None,
@@ -34,9 +39,10 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     import pandas as pd
 
     from dpsynth.data import load_processed
-    from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE, noise_sweep, sweep_runs
+    from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE, W2_DRAWS, noise_sweep, sweep_runs
+    from dpsynth.evaluate.w2_references import reference_rows
     from dpsynth.io import atomic_open, write_json
-    from dpsynth.paths import w2_noise_csv, w2_noise_runs_dir
+    from dpsynth.paths import w2_noise_csv, w2_noise_runs_dir, w2_noise_samples
     from dpsynth.progress import Progress
 
     prepare_cpu(params)
@@ -53,45 +59,56 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
                   f"run it with --config scale={cfg.scales[0]} or add {params.scale!r} there)")
         with atomic_open(csv_path) as fh:
             pd.DataFrame([], columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
+        with atomic_open(w2_noise_samples(csv_path), "wb") as fh:
+            np.savez_compressed(fh)
         write_json(csv_path.with_suffix(".json"), {
             "dataset": dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
             "skipped": reason})
         print(f"w2noise {dataset}: {reason} -> {csv_path} (no rows)")
         return 0
+    rows: list[dict] = []
     data = load_processed(Path(params.data.root) / "processed" / f"{dataset}.npz")
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level)
-    # one line every few seconds over all (seed, run) generators, between the per-row lines (with workers,
-    # a run's steps count when its row arrives)
-    bar = Progress(len(params.seeds) * sum(r.steps for r in runs), f"w2noise {dataset}", bar=False)
-    for seed in params.seeds:
-        n = len(data.x_train)
-        take = preset.w2_noise_train_subset
-        idx = np.sort(np.random.default_rng([seed, 0x3F5]).choice(n, take, replace=False)) if take and take < n \
-            else np.arange(n)
+    seeds = cfg.seeds if cfg.seeds is not None else params.seeds
+    runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level, seeds)
+    # one line every few seconds over all generators, between the per-row lines (with workers, a run's steps
+    # count when its row arrives)
+    bar = Progress(sum(r.steps for r in runs), f"w2noise {dataset}", bar=False)
+    n = len(data.x_train)
+    take = preset.w2_noise_train_subset
+    idx = np.sort(np.random.default_rng([seeds[0], 0x3F5]).choice(n, take, replace=False)) if take and take < n \
+        else np.arange(n)
 
-        def show(row: dict) -> None:
-            if cfg.workers > 1:
-                bar.update(row["steps"])
-            check = " (step check)" if row["role"] == "step_check" else ""
-            print(f"w2noise {dataset}: seed {seed} noise {row['noise_std']:g} {row['loss']} {row['steps']} steps"
-                  f"{check}: W2 {row['w2']:.4f} (privatized data {row['w2_privatized_data']:.4f}; "
-                  f"{row['seconds']:.1f} s)", flush=True)
+    def show(row: dict) -> None:
+        # the W2 to the clean held-out data only (released with the sweep's file); nothing of the training records
+        if cfg.workers > 1:
+            bar.update(row["steps"])
+        check = " (step check)" if row["role"] == "step_check" else ""
+        print(f"w2noise {dataset}: seed {row['seed']} noise {row['noise_std']:g} {row['loss']} {row['steps']} steps"
+              f"{check}: W2 to the clean test records {row['w2']:.4f} ({row['seconds']:.1f} s)", flush=True)
 
-        for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
-                               batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
-                               seed=seed, n_eval=cfg.n_eval, check_level=cfg.check_noise_level,
-                               workers=cfg.workers, threads=params.threads,
-                               cache_dir=w2_noise_runs_dir(private_out, dataset),
-                               on_row=show, on_step=bar.update if cfg.workers == 1 else None):
-            rows.append({**row, "n_train": len(idx), "scale": params.scale})
+    samples: dict[str, np.ndarray] = {}
+    for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
+                           batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
+                           seeds=seeds, n_eval=cfg.n_eval, check_level=cfg.check_noise_level,
+                           workers=cfg.workers, threads=params.threads,
+                           cache_dir=w2_noise_runs_dir(private_out, dataset),
+                           on_row=show, on_step=bar.update if cfg.workers == 1 else None):
+        kept = row.pop("samples", None)
+        if kept is not None:
+            samples[sample_key(row)] = np.asarray(kept, dtype=np.float32)
+        rows.append({**row, "n_train": len(idx), "scale": params.scale})
+    rows += [{**r, "n_train": len(idx), "scale": params.scale}
+             for r in reference_rows(data.x_train[idx], data.x_test, seed=seeds[0], n_eval=cfg.n_eval)]
     bar.close()
     with atomic_open(csv_path) as fh:
         pd.DataFrame(rows, columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")
+    with atomic_open(w2_noise_samples(csv_path), "wb") as fh:
+        np.savez_compressed(fh, **samples)
     write_json(csv_path.with_suffix(".json"), {
         "dataset": dataset, "scale": params.scale, "settings": cfg.model_dump(mode="json"),
-        "steps_this_scale": steps, "seeds": params.seeds, "clean_reference": "test split",
+        "steps_this_scale": steps, "seeds": seeds,
+        "draws": W2_DRAWS, "samples": str(w2_noise_samples(csv_path)), "clean_reference": "test split",
         "step_check": None if cfg.check_noise_level is None else {
             "noise_level": cfg.check_noise_level, "steps": 2 * steps, "tolerance": STEP_CHECK_TOLERANCE,
             "criterion": f"each loss at noise {cfg.check_noise_level:g} trained at twice the steps ({2 * steps}) "

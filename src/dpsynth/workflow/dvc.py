@@ -203,7 +203,8 @@ def dvc_stages(params: Params) -> dict[str, Any]:
     stages["w2_noise"] = {"foreach": "${w2_noise}", "do": {
         "cmd": _cmd("w2_noise", "${key}", "w2noise ${key} --params params.yaml"),
         "deps": [settings_path("w2_noise", "${key}"), "data/processed/${key}.npz", *_code("w2_noise")],
-        "outs": ["results/w2_noise/${key}.csv", "results/w2_noise/${key}.json"]}}
+        "outs": ["results/w2_noise/${key}.csv", "results/w2_noise/${key}.json",
+                 "results/w2_noise/${key}_samples.npz"]}}
     # Folders, not files: a dependency on a folder orders the report after every stage writing
     # into it (models: every run's train_log.csv), so sweep cells need no edit here.
     stages["report"] = {

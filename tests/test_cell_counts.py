@@ -1,0 +1,42 @@
+"""Issue 64: no table shows a single value as exact. One training run on one synthetic set reads "x (1 run)",
+never "x ± 0.0"; the generated tables of a real smoke run and the committed results are both read."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import REPO
+
+#: "± 0.0", "± 0.000" (not followed by a non-zero digit): a spread of exactly zero printed as if measured.
+ZERO_SPREAD = re.compile(r"± 0\.0+(?![0-9]*[1-9])")
+
+
+def _offenders(files: list[Path]) -> list[str]:
+    out = []
+    for f in files:
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if ZERO_SPREAD.search(line):
+                out.append(f"{f}:{i}: {line[:160]}")
+    return out
+
+
+def test_the_pattern_finds_a_zero_spread_and_nothing_else() -> None:
+    assert ZERO_SPREAD.search("13.359 ± 0.000") and ZERO_SPREAD.search("61.0 ± 0.0 |")
+    assert not ZERO_SPREAD.search("12.100 (1 run; ± 0.050 over 8 sample draws)")
+    assert not ZERO_SPREAD.search("0.200 ± 0.008 (1 run, std over 3 sets)") and not ZERO_SPREAD.search("31.1 (1 run)")
+
+
+def test_committed_results_show_no_single_value_as_exact() -> None:
+    files = sorted((REPO / "docs" / "results").rglob("*.md")) + sorted((REPO / "docs" / "results").rglob("*.csv"))
+    assert files, "docs/results holds no table"
+    assert _offenders(files) == []
+
+
+def test_smoke_tables_show_no_single_value_as_exact(smoke_snakemake: Path) -> None:
+    tables = smoke_snakemake / "results" / "tables"
+    files = sorted(tables.glob("*.md")) + sorted(tables.glob("*.csv"))
+    assert len(files) > 10
+    assert _offenders(files) == []
+    table1 = (tables / "table1_fmnist.md").read_text(encoding="utf-8")
+    assert "(1 run)" in table1  # the smoke scale scores one synthetic set of one run: it says so

@@ -300,8 +300,8 @@ def render_budget(budget: Budget, every_job: bool = False) -> str:
     gpu, cpu = budget.gpu_hours(), budget.cpu_hours()
     on_gpu = sum(j.device == "gpu" for j in budget.jobs)
     mem = max(budget.jobs, key=lambda j: j.mem_mb or 0)
-    lines = [f"{budget.target} at scale {budget.scale!r} ({'; '.join(budget.papers)}): {len(budget.jobs)} jobs, "
-             f"{on_gpu} asking for a GPU",
+    lines = [f"{budget.target} at scale {budget.scale!r} ({'; '.join(budget.papers)})",
+             f"  jobs      {len(budget.jobs):10,}   {on_gpu} of them ask for a GPU",
              f"  GPU-hours {gpu:10,.1f}   of which no measurement: {budget.gpu_hours('no measurement'):,.1f}",
              f"  CPU-hours {cpu:10,.1f}   of which no measurement: {budget.cpu_hours('no measurement'):,.1f} "
              "(hours x the job's threads, jobs without a GPU)",
@@ -316,7 +316,7 @@ def render_budget(budget: Budget, every_job: bool = False) -> str:
         for j in budget.jobs:
             groups.setdefault((j.stage, j.device, j.cost, j.basis), []).append(j)
         for (stage, device, cost, basis), jobs in groups.items():
-            label = f"{stage} {jobs[0].name}" if len(jobs) == 1 else f"{stage} ({len(jobs)} jobs)"
+            label = f"{stage} {jobs[0].name}" if len(jobs) == 1 else f"{stage} x{len(jobs)}"
             how = jobs[0].how if len(jobs) == 1 else f"e.g. {jobs[0].name}: {jobs[0].how}"
             rows.append((label, device, f"{sum(j.hours for j in jobs):,.2f}", basis, cost, how))
     head = ("job", "device", "hours", "basis", "cost entry", "how")

@@ -1,6 +1,7 @@
 # dpsynth workflow. Every rule calls a `dpsynth` CLI stage; no logic lives here.
 # Local:    snakemake --cores 2
 # Cluster:  snakemake --cores 8 --profile slurm
+# One paper table: snakemake neurips_table4 --config scale=paper   (`dpsynth workflow targets` lists them)
 # The parameters are validated by the same loader the CLI and the tests use.
 
 configfile: "params.yaml"

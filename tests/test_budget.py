@@ -104,7 +104,8 @@ def test_a_gpu_slice_measured_with_benchmarks_gpu_sh_replaces_the_documented_rat
     budget = target_budget(paper, "iclr_table1", root=root)
     assert _job(budget, "train", "dps_mnist").hours == pytest.approx(3_464_988 / 1000 / 3600)
     assert budget.costs["dp_sinkhorn_graphed_gpu"].source == f"{SLICE}, steps_per_s"
-    slice_file.write_text(json.dumps({"steps_per_s": 5.0, "dry_run": True, "scale": "smoke", "experiment": "dps_mnist"}))
+    slice_file.write_text(json.dumps({"steps_per_s": 5.0, "dry_run": True, "scale": "smoke",
+                                      "experiment": "dps_mnist"}))
     assert _job(target_budget(paper, "iclr_table1", root=root), "train", "dps_mnist").hours == pytest.approx(
         3_464_988 / 337.7 / 3600)
 

@@ -119,7 +119,8 @@ def _target(params: Params, name: str, table_names: list[str]) -> TableTarget:
 def pipeline_sweeps(params: Params) -> list[str]:
     """``pipeline.sweeps``, then the sweeps of the targets ``pipeline.tables`` lists."""
     targets = table_targets(params) if params.pipeline.tables else {}
-    return list(dict.fromkeys([*params.pipeline.sweeps, *(s for t in params.pipeline.tables for s in targets[t].sweeps)]))
+    listed = (s for t in params.pipeline.tables for s in targets[t].sweeps)
+    return list(dict.fromkeys([*params.pipeline.sweeps, *listed]))
 
 
 def pipeline_experiments(params: Params) -> list[str]:

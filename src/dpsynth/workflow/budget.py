@@ -181,8 +181,9 @@ class _Pricer:
             raise ConfigError(f"no entry of the cost book applies to {what} ({stage}, method {method}, {device}, "
                               f"scale {self.params.scale}): add one to {DEFAULT_COSTS}")
         self.used[cost.id] = cost
-        factor = traits[cost.scale_by] / cost.reference[cost.scale_by] if cost.scale_by in cost.reference and \
-            cost.scale_by in traits else 1.0
+        factor = 1.0  # the run's work per step over the measured one's (scale_by: generated_pixels)
+        if cost.scale_by in cost.reference and cost.scale_by in traits:
+            factor = traits[cost.scale_by] / cost.reference[cost.scale_by]
         if cost.steps_per_s is not None:
             if steps is None:
                 raise ConfigError(f"{DEFAULT_COSTS}: costs.{cost.id} gives a step rate for {stage}, which has no "
@@ -281,7 +282,7 @@ def _w2_hours(params: Params, pricer: _Pricer, dataset: str, device: str) -> tup
 
     cfg, preset = params.w2_noise[dataset], params.preset
     if cfg.scales is not None and params.scale not in cfg.scales:
-        return 0.0, "measured", "-", f"not run at scale {params.scale!r} (w2_noise.{dataset}.scales)"
+        return 0.0, "not run", "-", f"its stage trains nothing at scale {params.scale!r} (w2_noise.{dataset}.scales)"
     steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
     runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level)
     data = "points" if DATASETS[dataset].kind == "manifold2d" else "images"

@@ -133,6 +133,19 @@ def test_a_target_this_scale_cannot_honour_is_one_line(workflow: Path) -> None:
             "with batch_size 64") in res.stdout + res.stderr
 
 
+def test_a_target_named_like_a_rule_is_refused(tmp_path: Path) -> None:
+    """A target called `report` would replace the report's rule: Snakemake stops, naming the tables to rename."""
+
+    def named_report(p: dict) -> None:
+        p["tables"]["pm_grid_fmnist"]["target"] = "report"
+
+    d = copy_workflow(tmp_path / "wf", named_report)
+    res = subprocess.run([venv_bin("snakemake"), "-n"], cwd=d, capture_output=True, text=True, timeout=300, env=env())
+    assert res.returncode != 0
+    assert "the build target 'report' has the name of a workflow rule; set another `target:` on its tables " \
+           "(pm_grid_fmnist)" in res.stdout + res.stderr
+
+
 def test_a_target_runs_at_the_smoke_scale_too(workflow: Path, params) -> None:
     """The same target at another scale: the same runs (only the scale's settings change)."""
     planned = _planned(workflow, "neurips_table5", "scale=smoke")

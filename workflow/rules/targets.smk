@@ -6,6 +6,12 @@
 # (tables/<table>.md, .csv, .tex beside every other table of the report; figures/). DVC reaches the same
 # stages once `pipeline.tables` lists the target (`dpsynth workflow plan <target>` shows them).
 
+# A target named like a rule defined above would replace it: refuse it, naming the key to change.
+for _target in TABLE_TARGETS:
+    if _target in {r.name for r in workflow.rules}:
+        raise WorkflowError(f"params.yaml tables: the build target {_target!r} has the name of a workflow rule; "
+                            f"set another `target:` on its tables ({', '.join(TABLE_TARGETS[_target].tables)})")
+
 for _target in TABLE_TARGETS:
 
     rule:

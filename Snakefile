@@ -1,6 +1,7 @@
 # dpsynth workflow. Every rule calls a `dpsynth` CLI stage; no logic lives here.
 # Local:    snakemake --cores 2
 # Cluster:  snakemake --cores 8 --profile slurm
+# One paper table: snakemake neurips_table4 --config scale=paper   (`dpsynth workflow targets` lists them)
 # The parameters are validated by the same loader the CLI and the tests use.
 
 configfile: "params.yaml"
@@ -24,16 +25,18 @@ include: "workflow/rules/sample.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/reshetova.smk"
+include: "workflow/rules/targets.smk"
 
 
 localrules:
     report,
 
 
-# A train_sweep job that trains nothing (no targeted sweep has train_together) runs where
-# Snakemake runs; one that trains is a cluster job with a training job's resources (a GPU at the
-# paper scale: workflow/resources.yaml).
-if not any(PARAMS.sweeps[s].train_together for s in PARAMS.pipeline.sweeps):
+# A train_sweep job that trains nothing (no sweep a build may run has train_together: BUILT_SWEEPS, the
+# pipeline's and the table targets') runs where Snakemake runs; one that trains is a cluster job with a
+# training job's resources (a GPU at the paper scale: workflow/resources.yaml), and a marker-only job of
+# the same rule then asks for no GPU (common.smk sweep_gpu).
+if not any(PARAMS.sweeps[s].train_together for s in BUILT_SWEEPS):
 
     localrules:
         train_sweep,
@@ -50,4 +53,4 @@ rule all:
         expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
         expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),
         # every targeted sweep's train_sweep job, as in dvc.yaml (its cells wait for it only under train_together)
-        expand("private/sweeps/{sweep}", sweep=PARAMS.pipeline.sweeps),
+        expand("private/sweeps/{sweep}", sweep=PARAMS.pipeline_sweeps()),

@@ -60,22 +60,25 @@ def test_the_job_counts_are_the_pipelines(params, jobs: list[tuple[str, str]]) -
 
 
 def test_the_gpu_jobs_are_the_ones_sbatch_gets(params, jobs: list[tuple[str, str]]) -> None:
-    """The rules whose paper row in workflow/resources.yaml asks for a GPU, less `train_sweep` where the
-    Snakefile makes it a local rule (no pipeline sweep trains together): their jobs are the ones submitted with a
-    GPU, listed in the table's order; the local train_sweep jobs are counted apart."""
+    """The rules whose paper row in workflow/resources.yaml asks for a GPU, less `train_sweep` where no pipeline
+    sweep trains together (its jobs then only write a marker and ask for none: workflow/rules/common.smk
+    sweep_gpu): their jobs are the ones submitted with a GPU, listed in the table's order; the marker-only
+    train_sweep jobs are counted apart."""
     table = yaml.safe_load((REPO / "workflow" / "resources.yaml").read_text())
     gpu_rules = [rule for rule, row in table.items() if row.get("paper", {}).get("gpu")]
     together = any(params.sweeps[s].train_together for s in params.pipeline.sweeps)
     submitted = [r for r in gpu_rules if together or r != "train_sweep"]
     listed = r",\s+".join(f"`{rule}`" for rule in submitted[:-1]) + rf"\s+and\s+`{submitted[-1]}`"
     said = _find(rf"the (\d+) {listed} jobs are submitted with one GPU each")
-    assert said and {int(n) for _, n in said} == {sum(stage in submitted for stage, _ in jobs)}, (listed, said)
-    local = _find(r"the (\d+) `train_sweep` jobs run where Snakemake runs")
+    with_gpu = sum(stage in submitted and (stage != "train_sweep" or params.sweeps[name].train_together)
+                   for stage, name in jobs)
+    assert said and {int(n) for _, n in said} == {with_gpu}, (listed, said)
+    markers = _find(r"the (\d+) `train_sweep` jobs of the pipeline's\s+sweeps train nothing")
     if together:
-        assert not local, "a pipeline sweep trains together: its train_sweep jobs are submitted to SLURM"
+        assert not markers, "a pipeline sweep trains together: its train_sweep jobs ask for a GPU"
     else:
-        assert local and {int(n) for _, n in local} == {sum(s == "train_sweep" for s, _ in jobs)}, local
-        assert "none does today" in DOCS["docs/gpu-cluster.md"]
+        assert markers and {int(n) for _, n in markers} == {sum(s == "train_sweep" for s, _ in jobs)}, markers
+        assert "none of `pipeline.sweeps` sets it today" in DOCS["docs/gpu-cluster.md"]
 
 
 def test_the_method_lists_are_the_registry(params) -> None:

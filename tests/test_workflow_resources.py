@@ -75,13 +75,20 @@ def test_no_job_asks_for_a_gpu_at_smoke_or_quick(workflow: Path, scale: str) -> 
 
 
 def test_at_paper_exactly_the_gpu_jobs_ask_for_one(workflow: Path) -> None:
-    """train, train_sweep, warmstart and both evaluations (`dpsynth evaluate --device auto`: classifiers and
-    Inception on the GPU) ask for one GPU each; sampling, the data, the W2 sweeps, privatization and the
-    report for none. Before `evaluate --device`, the evaluations asked for none."""
+    """train, warmstart and both evaluations (`dpsynth evaluate --device auto`: classifiers and Inception on
+    the GPU) ask for one GPU each, and train_sweep for a sweep it trains (train_together); sampling, the data,
+    the W2 sweeps, privatization, the report and a train_sweep job that only writes its marker (the pipeline's
+    quick sweeps train their cells alone) for none. Before `evaluate --device`, the evaluations asked for none."""
     asked = gpus(workflow, "scale=paper", THREADS)
     assert GPU_RULES <= set(asked), sorted(asked)
-    assert {rule: n for rule, n in asked.items() if rule in GPU_RULES} == {rule: {1} for rule in GPU_RULES}
-    assert {rule: n for rule, n in asked.items() if rule not in GPU_RULES and n != {0}} == {}
+    trains = GPU_RULES - {"train_sweep"}
+    assert {rule: n for rule, n in asked.items() if rule in trains} == {rule: {1} for rule in trains}
+    assert {rule: n for rule, n in asked.items() if rule not in trains and n != {0}} == {}
+    # a sweep trained together: its train_sweep job trains every cell on one GPU (NeurIPS Table 4's target)
+    target = run([venv_bin("snakemake"), "-n", "-p", "--forceall", "neurips_table4", "--config", "scale=paper"],
+                 workflow)
+    sweep = target[target.index("rule train_sweep:"):].split("\n\n")[0]
+    assert "wildcards: sweep=pm_mnist" in sweep and "gpu=1" in sweep, sweep
 
 
 def test_the_cpu_only_switch_drops_every_gpu_request(workflow: Path) -> None:

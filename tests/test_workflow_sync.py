@@ -87,7 +87,9 @@ def dvc_stage_list(cwd: Path) -> list[tuple[str, list[str], list[str], str]]:
 
 def dvc_stages(cwd: Path) -> dict[str, tuple[set[str], set[str]]]:
     """Snakemake rule -> (outputs, commands without the `dpsynth` prefix) of the DVC stages."""
-    sweeps = yaml.safe_load((cwd / "params.yaml").read_text())["pipeline"]["sweeps"]
+    from dpsynth.config import load_params
+
+    sweeps = load_params(cwd / "params.yaml").pipeline_sweeps()  # pipeline.sweeps and those of pipeline.tables
     stages: dict[str, tuple[set[str], set[str]]] = {}
     for name, _deps, outs, cmd in dvc_stage_list(cwd):
         if name == "settings":  # DVC's way to Snakemake's fingerprints (test_every_stage_reads_its_own_settings)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from dpsynth.config import check_yaml_file, parse_params
+from dpsynth.config import check_yaml_file, parse_params, table_targets
+from dpsynth.config.run import check_sweep_at_scale
 from dpsynth.data.registry import DATASETS
+from dpsynth.errors import DpsynthError
 from dpsynth.fingerprint import fingerprint
 from dpsynth.workflow.settings import settings_path
 
@@ -39,8 +41,15 @@ GPUS = _gpus_switch(config.pop("gpus", True))
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
-# pipeline.experiments + every cell of pipeline.sweeps (editing a sweep's lists edits this).
+# pipeline.experiments + every cell of pipeline.sweeps, and the runs of the targets pipeline.tables lists
+# (editing a sweep's lists edits this).
 TARGETS = list(PARAMS.pipeline_targets())
+# The build targets, one per paper table (params.yaml `tables:`, each table's `target`): `snakemake <name>`
+# runs exactly its runs and renders it (workflow/rules/targets.smk).
+TABLE_TARGETS = table_targets(PARAMS)
+# The sweeps whose train_sweep job a build may run: the pipeline's, and those a target trains together.
+BUILT_SWEEPS = list(dict.fromkeys([*PARAMS.pipeline_sweeps(),
+                                   *(s for t in TABLE_TARGETS.values() for s in t.train_sweeps(PARAMS))]))
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -187,6 +196,12 @@ def gpu(rule):
     return RESOURCES[rule][PARAMS.scale].get("gpu", 0) if GPUS else 0
 
 
+def sweep_gpu(wildcards):
+    """A train_sweep job's GPUs: the table's for a sweep it trains (train_together), none for one whose
+    job only writes its marker (its cells train in their own jobs)."""
+    return gpu("train_sweep") if PARAMS.sweeps[wildcards.sweep].train_together else 0
+
+
 def cpu_threads(rule):
     """CPU threads for ``rule``'s job (unset: 1); `params` is params.yaml's `threads`, the torch threads
     the stage runs, the same at every scale (workflow/resources.yaml)."""
@@ -197,11 +212,11 @@ def cpu_threads(rule):
 wildcard_constraints:
     dataset="|".join(sorted(DATASETS)),
     experiment="|".join(sorted(EXPERIMENTS)) or "^$",
-    sweep="|".join(sorted(PARAMS.pipeline.sweeps)) or "^$",
+    sweep="|".join(sorted(BUILT_SWEEPS)) or "^$",
 
 
-# sweep cell -> its targeted sweep: the cell's train job comes after the sweep's train_sweep job
-SWEEP_OF = {cell: s for s in PARAMS.pipeline.sweeps for cell in PARAMS.cells_of(s)}
+# sweep cell -> its sweep: a cell of a sweep trained together waits for its sweep's train_sweep job
+SWEEP_OF = {cell: s for s in BUILT_SWEEPS for cell in PARAMS.cells_of(s)}
 
 
 def sweep_data(wildcards):
@@ -232,13 +247,49 @@ def experiment_dataset(wildcards):
     return f"data/processed/{EXPERIMENTS[wildcards.experiment].dataset}.npz"
 
 
+def require_w2_scale(target, dataset):
+    """One line, before any job, when ``target`` needs the W2-vs-noise sweep of ``dataset`` at a scale where
+    that sweep does not train (w2_noise.<dataset>.scales): its stage would write an empty result."""
+    scales = PARAMS.w2_noise[dataset].scales if dataset in PARAMS.w2_noise else None
+    if scales is not None and PARAMS.scale not in scales:
+        raise WorkflowError(f"{target} trains at the paper's settings: run it with --config "
+                            f"scale={scales[-1]} (w2_noise.{dataset}.scales: {scales}; this run's scale is "
+                            f"{PARAMS.scale!r})")
+
+
 # The `reshetova_mnist` target's inputs (workflow/rules/reshetova.smk defines RESHETOVA_MNIST_RUNS).
 def reshetova_mnist_inputs(wildcards):
     """The target's inputs; at a scale where w2_noise.mnist does not train, one line saying which to use."""
-    scales = PARAMS.w2_noise["mnist"].scales if "mnist" in PARAMS.w2_noise else None
-    if scales is not None and PARAMS.scale not in scales:
-        raise WorkflowError(f"reshetova_mnist trains at the paper's settings: run it with --config "
-                            f"scale={scales[-1]} (w2_noise.mnist.scales: {scales}; this run's scale is "
-                            f"{PARAMS.scale!r})")
+    require_w2_scale("reshetova_mnist", "mnist")
     return {"w2": "results/w2_noise/mnist.csv",
             "metrics": expand("results/runs/{experiment}/metrics.json", experiment=RESHETOVA_MNIST_RUNS)}
+
+
+def table_target_inputs(name):
+    """The input function of build target ``name`` (workflow/rules/targets.smk): every file the report reads
+    of its runs -- metrics, training log, sample grid and synthetic sets, the privatized records a local-DP
+    run's figure draws -- its real-data rows and W2 sweeps. A sweep this scale cannot honour (two swept values
+    capped or set to one) or a W2 sweep that does not train here is one line naming the key, before any job."""
+
+    def inputs(wildcards):
+        target = TABLE_TARGETS[name]
+        try:
+            for sweep in target.sweeps:
+                check_sweep_at_scale(PARAMS, sweep)
+        except DpsynthError as exc:
+            raise WorkflowError(f"{name}: {exc}") from None
+        for dataset in target.w2_noise:
+            require_w2_scale(name, dataset)
+        runs = target.runs(PARAMS)
+        local = [r for r in runs if EXPERIMENTS[r].local is not None]
+        return {
+            "metrics": expand("results/runs/{experiment}/metrics.json", experiment=runs),
+            "train_logs": expand("models/{experiment}/train_log.csv", experiment=runs),
+            "grids": expand("results/runs/{experiment}/samples.png", experiment=runs),
+            "sets": expand("data/synthetic/{experiment}", experiment=runs),
+            "privatized": expand("data/privatized/{experiment}.npz", experiment=local),
+            "real": expand("results/real/{dataset}/metrics.json", dataset=target.real),
+            "w2": expand("results/w2_noise/{dataset}.csv", dataset=target.w2_noise),
+        }
+
+    return inputs

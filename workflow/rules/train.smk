@@ -25,7 +25,7 @@ rule train_sweep:
     resources:
         runtime=runtime("train_sweep"),
         mem_mb=mem_mb("train_sweep"),
-        gpu=gpu("train_sweep"),
+        gpu=sweep_gpu,
     conda:
         ENV
     shell:

@@ -1,6 +1,8 @@
 """`dpsynth workflow dvc [--check]`: write dvc.yaml from params.yaml, or check it is up to date;
 `dpsynth workflow settings`: write each job's settings file (DVC's `settings` stage runs it);
-`dpsynth workflow plan`: the stages `dvc repro` will run, before it runs (``dpsynth.workflow.plan``)."""
+`dpsynth workflow plan [TARGET]`: the stages `dvc repro` will run, before it runs (``dpsynth.workflow.plan``);
+`dpsynth workflow targets [TARGET]`: the build targets, one per paper table (``dpsynth.config.targets``);
+`dpsynth workflow budget TARGET`: its jobs, GPU- and CPU-hours and memory at a scale (``dpsynth.workflow.budget``)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,14 @@ def _plan(args: argparse.Namespace) -> int:
 
     params = params_from_args(args)
     assert params is not None
+    if args.target is not None:
+        from dpsynth.config import table_targets
+        from dpsynth.errors import ConfigError, did_you_mean
+
+        known = table_targets(params)
+        if args.target not in known:
+            raise ConfigError(f"no build target {args.target!r}{did_you_mean(args.target, known)} (`dpsynth "
+                              "workflow targets` lists them)")
     if not Path("dvc.yaml").is_file():
         raise DpsynthError("no dvc.yaml in this folder: run `dpsynth workflow plan` in the project's root "
                            "(or write it with `dpsynth workflow dvc`)")
@@ -61,15 +71,19 @@ def _plan(args: argparse.Namespace) -> int:
     from dvc.exceptions import DvcException
 
     try:
-        plan = dvc_plan(params)
+        plan = dvc_plan(params, target=args.target)
     except DvcException as exc:  # DVC's own errors (not a DVC project, a malformed dvc.lock): one line, DVC's words
         raise DpsynthError(f"dvc: {exc}") from exc
     if args.json:
         print(json.dumps({"stages": plan.stages, "changed": plan.changed, "reasons": plan.reasons,
-                          "settings_written": plan.settings_written}))
+                          "settings_written": plan.settings_written, "repro": plan.repro}))
         return 0
     if plan.settings_written:
         print(f"settings files brought up to date: {len(plan.settings_written)}")
+    if args.target is not None:
+        out = f"results/targets/{args.target}"
+        print(f"{args.target} with DVC: dvc repro {' '.join(plan.repro)}\n  then render it: dpsynth report "
+              f"--tables {out}/tables --figures {out}/figures (what `snakemake {args.target}` does last)")
     if not plan.stages:
         print("dvc repro has nothing to run")
         return 0
@@ -80,9 +94,23 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _by_name(function: str):  # type: ignore[no-untyped-def]
+    """The handler ``function`` of ``dpsynth.cli.workflow_targets``, imported by name when its command runs, as
+    ``dpsynth.cli`` imports each command's module: this module is also the DVC ``settings`` stage's command, whose
+    code dependencies are this module's imports -- the budget's (the trainers' constants, the W2 sweep's runs)
+    would make every edit of them re-run that stage."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return getattr(importlib.import_module("dpsynth.cli.workflow_targets"), function)(args)
+
+    return run
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("workflow", help="generate the pipeline's declarations for DVC (dvc.yaml)")
-    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings|plan>")
+    ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings|plan|targets|budget>")
     ws.required = True
     dvc = ws.add_parser("dvc", help="write dvc.yaml from params.yaml (after adding or removing an experiment "
                         "or sweep under `pipeline:`)")
@@ -99,5 +127,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "(new sweep cells and a fresh clone included, where `dvc repro --dry` stops); brings the "
                          "settings files up to date first, as DVC's `settings` stage would")
     add_params_arg(plan)
+    plan.add_argument("target", nargs="?", default=None, help="a build target (`dpsynth workflow targets`): the "
+                      "stages `dvc repro` runs for it and the command that runs them (it needs pipeline.tables to "
+                      "list the target, so that dvc.yaml has its stages)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=_plan)
+    targets = ws.add_parser("targets", help="the build targets, one per paper table: `snakemake <target>` runs "
+                            "exactly its runs and renders it into results/targets/<target>/")
+    add_params_arg(targets)
+    targets.add_argument("target", nargs="?", default=None, help="one target: its runs, sweeps and real-data rows")
+    targets.add_argument("--json", action="store_true", help="print as JSON")
+    targets.set_defaults(func=_by_name("targets"))
+    budget = ws.add_parser("budget", help="a build target's jobs, GPU- and CPU-hours and memory at a scale, from "
+                           "the measured step costs (benchmarks/costs.yaml), each figure labelled measured, "
+                           "extrapolated or no measurement")
+    add_params_arg(budget)
+    budget.add_argument("target", help="a build target (`dpsynth workflow targets`)")
+    budget.add_argument("--costs", default="benchmarks/costs.yaml", metavar="FILE",
+                        help="the cost book (default: benchmarks/costs.yaml)")
+    budget.add_argument("--no-gpus", action="store_true", help="as `--config gpus=false`: no job on a GPU")
+    budget.add_argument("--jobs", action="store_true", help="one line per job instead of per kind of job")
+    budget.add_argument("--json", action="store_true", help="print as JSON (every job)")
+    budget.set_defaults(func=_by_name("budget"))

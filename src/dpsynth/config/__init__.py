@@ -6,6 +6,7 @@
 - ``experiment``  an experiment, its privacy target and local mechanism; sweeps and their cells;
 - ``scales``      the smoke / quick / paper presets;
 - ``tables``      the report's tables;
+- ``targets``     the build targets, one per paper table (its runs, sweeps, real-data rows);
 - ``params``      the whole file, its cross-references and derived views;
 - ``loader``      YAML reading (duplicate keys refused) and ``load_params``;
 - ``run``         one run resolved at a scale (``resolve_run``: privacy plan, seed, data, warm start).
@@ -39,12 +40,13 @@ from dpsynth.config.params import DataSettings, EvaluationSettings, Params, Pipe
 from dpsynth.config.run import PrivacyPlan, RunSpec, apply_preset, resolve_privacy, resolve_run
 from dpsynth.config.scales import ScalePreset
 from dpsynth.config.tables import Table, TableRow
+from dpsynth.config.targets import TableTarget, table_targets
 
 __all__ = [
     "METHOD_SPECS", "SWEEP_KEYS", "DPCGANHparams", "DPMERFHparams", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
     "EvaluationSettings", "Experiment", "GSWGANHparams", "Hparams", "LocalMechanism", "MethodSpec", "Name",
     "OptimizerName", "Params", "Pipeline", "PrivacyPlan", "PrivacyTarget", "RunSpec", "ScaleName", "ScalePreset", "Strict",
-    "Sweep", "Table", "TableRow", "Target", "UniqueKeyLoader", "W2NoiseSweep", "apply_preset", "cell_suffix",
+    "Sweep", "Table", "TableRow", "TableTarget", "Target", "UniqueKeyLoader", "W2NoiseSweep", "apply_preset", "cell_suffix",
     "check_yaml_file", "expand_sweep", "format_validation", "load_params", "load_yaml", "method_spec",
-    "parse_params", "resolve_privacy", "resolve_run", "sweep_cell_name",
+    "parse_params", "resolve_privacy", "resolve_run", "sweep_cell_name", "table_targets",
 ]

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from dpsynth.config.base import format_validation
 from dpsynth.config.params import Params, pipeline_migration_message
 from dpsynth.config.run import check_sweep_at_scale
+from dpsynth.config.targets import check_targets
 from dpsynth.errors import ConfigError
 
 
@@ -31,8 +32,9 @@ def parse_params(raw: Any, source: str = "params.yaml", scale: str | None = None
     except ValidationError as exc:
         raise ConfigError(f"{source}: {format_validation(exc)}") from None
     try:
+        check_targets(params)  # the build targets' names, and those pipeline.tables lists
         params.pipeline_targets()  # sweep cells and the targets' warm starts must validate too
-        for sweep in params.pipeline.sweeps:  # and every swept value must take effect at this scale
+        for sweep in params.pipeline_sweeps():  # and every swept value must take effect at this scale
             check_sweep_at_scale(params, sweep)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None

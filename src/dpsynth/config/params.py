@@ -50,8 +50,11 @@ class Pipeline(Strict):
     experiments: list[Name] = Field(default_factory=list, description="experiments the pipeline runs")
     sweeps: list[Name] = Field(default_factory=list, description="sweeps whose every cell the pipeline runs "
                                "(editing a sweep's lists adds or removes cells in both DAGs)")
+    tables: list[Name] = Field(default_factory=list, description="build targets (one per paper table: `dpsynth "
+                               "workflow targets`) whose runs and sweeps the pipeline runs too, so that `dvc repro` "
+                               "reaches them; Snakemake builds any target by its name without this")
 
-    @field_validator("experiments", "sweeps")
+    @field_validator("experiments", "sweeps", "tables")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
@@ -368,11 +371,23 @@ class Params(Strict):
         """The warm start ``name`` trains from, or None when its method needs none."""
         return self.warmstart_name(name) if self.all_experiments()[name].spec.needs_warm_start else None
 
+    def pipeline_experiments(self) -> list[str]:
+        """``pipeline.experiments`` and the runs ``pipeline.tables``' targets name (``config.targets``)."""
+        from dpsynth.config.targets import pipeline_experiments  # lazy: it types against this module
+
+        return pipeline_experiments(self)
+
+    def pipeline_sweeps(self) -> list[str]:
+        """``pipeline.sweeps`` and the sweeps of ``pipeline.tables``' targets (``config.targets``)."""
+        from dpsynth.config.targets import pipeline_sweeps
+
+        return pipeline_sweeps(self)
+
     def pipeline_targets(self) -> dict[str, Target]:
-        """Every experiment the pipeline trains, samples and evaluates -- ``pipeline.experiments``
-        and every cell of ``pipeline.sweeps`` -- with the data it trains on and its warm start."""
+        """Every experiment the pipeline trains, samples and evaluates -- ``pipeline_experiments()``
+        and every cell of ``pipeline_sweeps()`` -- with the data it trains on and its warm start."""
         experiments = self.all_experiments()
-        names = [*self.pipeline.experiments, *(c for s in self.pipeline.sweeps for c in self.cells_of(s))]
+        names = [*self.pipeline_experiments(), *(c for s in self.pipeline_sweeps() for c in self.cells_of(s))]
         out: dict[str, Target] = {}
         for name in names:
             exp = experiments[name]

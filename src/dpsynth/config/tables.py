@@ -63,6 +63,10 @@ class Table(Strict):
         "criterion: at most 5 % apart)")
     notes: list[str] = Field(default_factory=list, description="ours about this table (a deviation from the "
                              "papers, the papers disagreeing with each other); printed under the table")
+    target: Name | None = Field(
+        default=None, description="the build target this table belongs to (`snakemake <target>`, `dpsynth workflow "
+        "targets`): the tables of one paper table share one (ICLR Table 1's MNIST and Fashion-MNIST halves); "
+        "default: the table's own name. A privacy table lists every run and has no target")
 
     @model_validator(mode="after")
     def _step_check_kind(self) -> "Table":

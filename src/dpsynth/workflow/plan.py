@@ -17,6 +17,10 @@ whose recorded inputs or outputs differ, and DVC's stage graph adds every stage 
 re-run stage's outputs really change is known only when it has run (DVC then skips what follows an
 unchanged output), so the plan can name a stage ``dvc repro`` ends up skipping, never miss one.
 tests/test_dvc.py holds it, edit by edit, to the jobs ``snakemake -n`` plans.
+
+A build target (one per paper table: ``config.targets``) is a list of stages here: those that write its
+results, whose plan is ``dvc repro <them>`` -- they and every stage they depend on, nothing else. DVC has stages
+for a target's runs once ``pipeline.tables`` lists it (dvc.yaml is generated from params.yaml).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsynth.config import Params
+from dpsynth.config import Params, table_targets
 from dpsynth.errors import DpsynthError
 from dpsynth.workflow.settings import write_settings
 
@@ -40,6 +44,7 @@ class Plan:
     stages: list[str] = field(default_factory=list)  # in run order
     reasons: dict[str, str] = field(default_factory=dict)  # stage -> why it runs
     changed: list[str] = field(default_factory=list)  # those DVC itself finds changed (the rest follow them)
+    repro: list[str] = field(default_factory=list)  # a build target's stages: `dvc repro <these>` builds it
 
 
 def _reason(changes: list[Any]) -> str:
@@ -94,16 +99,57 @@ def ran_stages(lock: Path) -> set[str]:
     return {str(name) for name in stages}
 
 
-def dvc_plan(params: Params, root: Path = Path(".")) -> Plan:
-    """The plan of ``dvc repro`` in the DVC project at ``root`` (module docstring). Writes the settings
-    files that changed, as the ``settings`` stage would; nothing else is written or run."""
+def target_outputs(params: Params, target: str) -> list[str]:
+    """The files build target ``target`` (``config.targets``) is made of: its runs' metrics, its real-data rows,
+    its W2 sweeps -- what its Snakemake rule waits for, less the files those jobs also write."""
+    t = table_targets(params)[target]
+    return [*(f"results/runs/{run}/metrics.json" for run in t.runs(params)),
+            *(f"results/real/{dataset}/metrics.json" for dataset in t.real),
+            *(f"results/w2_noise/{dataset}.csv" for dataset in t.w2_noise)]
+
+
+def _target_stages(graph: Any, params: Params, target: str) -> list[str]:
+    """The DVC stages that write ``target``'s files (``target_outputs``): a whole foreach/matrix group by its
+    name where the target needs every item of it, else ``group@item``. A file no stage writes is one line
+    saying how to declare it."""
+    writer = {str(out.def_path): stage for stage in graph.nodes for out in stage.outs}
+    wanted = target_outputs(params, target)
+    missing = [f for f in wanted if f not in writer]
+    if missing:
+        raise DpsynthError(f"dvc.yaml declares no stage for {len(missing)} of the {len(wanted)} results of target "
+                           f"{target} (e.g. {missing[0]}): add {target} to pipeline.tables in params.yaml, run "
+                           "`dpsynth workflow dvc`, then plan again")
+    stages = list(dict.fromkeys(writer[f] for f in wanted))
+    groups: dict[str, list[Any]] = {}
+    for stage in graph.nodes:
+        groups.setdefault(stage.addressing.split("@")[0], []).append(stage)
+    out: list[str] = []
+    for stage in stages:
+        group = stage.addressing.split("@")[0]
+        whole = "@" in stage.addressing and all(s in stages for s in groups[group])
+        out.append(group if whole else stage.addressing)
+    return list(dict.fromkeys(out))
+
+
+def dvc_plan(params: Params, root: Path = Path("."), target: str | None = None) -> Plan:
+    """The plan of ``dvc repro`` in the DVC project at ``root`` (module docstring); with ``target`` (a build
+    target, ``config.targets``), the plan of ``dvc repro <its stages>``: those stages and what they depend on
+    (``Plan.repro`` names them). Writes the settings files that changed, as the ``settings`` stage would;
+    nothing else is written or run."""
     import networkx as nx
     from dvc.repo import Repo
 
     ran = ran_stages(root / "dvc.lock")
     with Repo(str(root)) as repo:  # first: outside a DVC project nothing is written
-        plan = Plan(settings_written=write_settings(params, root))
         graph = repo.index.graph  # an edge goes from a stage to a stage it depends on
+        needed = None
+        if target is not None:
+            repro = _target_stages(graph, params, target)
+            tops = [s for s in graph.nodes if s.addressing in repro or s.addressing.split("@")[0] in repro]
+            needed = set(tops).union(*(nx.descendants(graph, s) for s in tops))
+        plan = Plan(settings_written=write_settings(params, root))
+        if target is not None:
+            plan.repro = repro
         status = repo.status()
         by_name = {stage.addressing: stage for stage in graph.nodes}
         changed = {name: changes for name, changes in status.items() if name in by_name}
@@ -119,6 +165,8 @@ def dvc_plan(params: Params, root: Path = Path(".")) -> Plan:
                     todo.append(dependent)
         for stage in reversed(list(nx.topological_sort(graph))):
             name = stage.addressing
+            if needed is not None and stage not in needed:
+                continue
             if name in changed:
                 plan.stages.append(name)
                 plan.changed.append(name)

@@ -41,7 +41,7 @@ def pipeline_jobs(params: Params) -> list[tuple[str, str]]:
     jobs = [("prepare_data", d) for d in params.datasets]
     jobs += [("privatize", e) for e in params.privatized_targets()]
     jobs += [("warmstart", w) for w in params.warm_starts()]
-    jobs += [("train_sweep", s) for s in params.pipeline.sweeps]
+    jobs += [("train_sweep", s) for s in params.pipeline_sweeps()]
     jobs += [(stage, run) for run in params.pipeline_targets() for stage in RUN_STAGES]
     jobs += [("evaluate_real", d) for d in params.evaluation.real_datasets]
     jobs += [("w2_noise", d) for d in params.w2_noise]

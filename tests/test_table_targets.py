@@ -216,3 +216,16 @@ def test_targets_lists_every_target_and_one_targets_runs(capsys: pytest.CaptureF
     assert len(record["runs"]) == 19 and record["left_out"] == [["pm_mnist_quick", "pm_mnist"]]
     assert main(["workflow", "targets", "neurips_tabel4", "--params", str(REPO / "params.yaml")]) == 2
     assert "no build target 'neurips_tabel4'; did you mean 'neurips_table4'?" in capsys.readouterr().err
+
+
+def test_a_target_trains_every_training_run_of_its_rows() -> None:
+    """Issue 64: a row's repeated training runs (a sweep over seed alone based on its experiment) are the row's,
+    so the target that builds the table trains them too: Fig. 11's step check runs three times."""
+    from dpsynth.config import load_params
+    from dpsynth.config.targets import table_targets
+
+    params = load_params(REPO / "params.yaml")
+    runs = table_targets(params)["reshetova_fig11_mnist"].runs(params)
+    check = params.tables["reshetova_fig11_mnist"].step_check
+    assert check is not None and len(params.replicates_of(check)) == 3
+    assert set(params.replicates_of(check)) <= set(runs) and len(runs) == 18 + 3

@@ -110,6 +110,8 @@ def _target(params: Params, name: str, table_names: list[str]) -> TableTarget:
             experiments.append(t.step_check)
         if t.kind == "w2_noise" and t.dataset is not None and t.dataset in params.w2_noise:
             w2.append(t.dataset)
+    # each run with its repeated training runs (the cells of a sweep over seed alone based on it: the table's R runs)
+    experiments = [x for e in experiments for x in params.replicates_of(e)]
     experiments = [e for e in dict.fromkeys(experiments) if e not in in_sweeps]
     return TableTarget(name=name, tables=tuple(table_names), papers=tuple(dict.fromkeys(t.paper for t in tables)),
                        experiments=tuple(experiments), sweeps=tuple(sweeps), real=tuple(dict.fromkeys(real)),

@@ -253,11 +253,12 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     slow = build_table(TABLE, params, results)
     assert any("Ours: holds in part (W2 falls with n, not at the paper's rate)" in n for n in slow.notes)
 
-    # the MNIST figure without runs: every row "not run", the claim not checked, a placeholder figure
+    # the MNIST figure without runs: every row "not run", the claim not checked, no figure (the reason instead)
     mnist = build_table("reshetova_fig11_mnist", params, results)
     assert set(mnist.frame["W2 to clean held-out ours"]) == {"not run"} and mnist.ours == 0
     assert any("Ours: not checked" in n for n in mnist.notes)
-    assert train_size_figure(mnist, params, tmp_path / "none").is_file()
+    none = train_size_figure(mnist, params, tmp_path / "none")
+    assert "fewer than two training-set sizes evaluated" in none.reason and not none.path.exists()
 
 
 @pytest.mark.parametrize("edit, message", [

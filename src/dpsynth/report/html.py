@@ -96,8 +96,8 @@ notes):</p>
 <ul>
 {% for category, entries in page.groups if entries|selectattr("built.ours")|list %}
 <li><b>{{ category }}</b>:
-{% for e in entries if e.built.ours %}{{ e.ref ~ " " if e.ref }}(<code>{{ e.name }}</code>, {{ e.built.ours }} of
-{{ e.built.frame|length }} rows){{ "; " if not loop.last }}{% endfor %}</li>
+{% for e in entries if e.built.ours %}{{ e.ref ~ " " if e.ref }}(<code>{{ e.name }}</code>: {{ e.built.ours }} of
+{{ e.built.frame|length }} rows with our numbers){{ "; " if not loop.last }}{% endfor %}</li>
 {% else %}
 <li>none: no run of ours has metrics yet.</li>
 {% endfor %}
@@ -117,8 +117,8 @@ where its verdicts will be listed. Until then, the claims the tables check, as t
 {% if unchecked %}
 <p>{{ unchecked|length }} more claim{{ "s are" if unchecked|length > 1 else " is" }} stated by tables with no run
 of ours at this scale, not checked:
-{% for e, _ in unchecked %}<code>{{ e.name }}</code>{{ ", " if not loop.last }}{% endfor %}
-(the list below says what runs them).</p>
+{% for e, _ in unchecked %}<code>{{ e.name }}</code>{{ ", " if not loop.last }}{% endfor %} (the list
+below says what runs them).</p>
 {% endif %}
 <h2>Not run at scale {{ page.scale }}</h2>
 <p>{{ tables_not_run }} of {{ tables }} tables have no run of ours at this scale: they show the paper's numbers

@@ -90,11 +90,16 @@ def test_training_curves_show_epsilon_for_dp_runs_and_loss_only_where_released(t
     target_line = [ln for ln in dp.axes[0].lines if ln.get_label() == "target ε"]
     assert target_line and target_line[0].get_ydata()[0] == 10.0
     assert [ax.get_ylabel() for ax in nonpriv.axes] == ["loss", "steps/s"]  # no finite epsilon: no panel
-    # a run not trained yet gets a placeholder saying so, not a missing file
+    # a run not trained yet: no picture saying so, but the record of a figure not drawn, with the reason
+    from dpsynth.report.plotting import NotDrawn
+
     (models / "dps_mnist/train_log.csv").unlink()
+    (tmp_path / "figs" / "training_dps_mnist.png").unlink()
     drawn.clear()
-    training_curves(params, models, tmp_path / "figs")
-    assert "not run" in " ".join(t.get_text() for t in drawn[0].texts)
+    out = training_curves(params, models, tmp_path / "figs")
+    assert out[0] == NotDrawn(tmp_path / "figs" / "training_dps_mnist.png", "training: dps_mnist",
+                              f"{models / 'dps_mnist/train_log.csv'}: not run")
+    assert len(drawn) == 1 and not (tmp_path / "figs" / "training_dps_mnist.png").exists()
 
 
 def test_dvc_plot_files_hold_one_quantity_each(tmp_path: Path) -> None:

@@ -544,9 +544,16 @@ def test_cli_writes_tables_and_figures(tmp_path: Path) -> None:
     tables = {p.name for p in (res / "tables").iterdir()}
     assert {f"{n}.{e}" for n in PROPOSED_TABLES for e in ("md", "csv", "tex")} <= tables
     figs = {p.name for p in (res / "figures").iterdir()}
-    assert {"table1_mnist_samples.png", "pm_grid_mnist_heatmap.png", "opt_lr_mnist_heatmap.png",
-            "w2_noise.csv", "privacy_utility.csv", "w2_noise_mnist.png"} <= figs
+    assert {"table1_mnist_samples.png", "pm_grid_mnist_heatmap.png", "w2_noise.csv", "privacy_utility.csv"} <= figs
     assert all((res / "figures" / f).stat().st_size > 0 for f in figs)
+    # a table without a run of ours (opt_lr_mnist) has no figure, nor has the W2 sweep that did not run: both
+    # are in the report page's one not-run list instead, with what runs them
+    assert not {"opt_lr_mnist_heatmap.png", "opt_lr_mnist_samples.png", "w2_noise_mnist.png"} & figs
+    overview = (res / "tables" / "overview.html").read_text()
+    for table in ("opt_lr_mnist", "local_privacy_w2"):  # the W2 table's line stands for its figure too
+        assert f"({table})</b>: no run of ours at scale" in overview, table
+    assert "w2_noise_mnist.png" not in overview
+    assert {f"{n}.html" for n in PROPOSED_TABLES} <= tables and "page.json" in tables
     assert not any(p.name.endswith(".tmp") for p in (res / "tables").iterdir())
 
 

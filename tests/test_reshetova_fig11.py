@@ -254,11 +254,12 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     slow = next(n for n in build_table(TABLE, params, results).notes if n.startswith("Claim (Reshetova"))
     assert "Ours: does not hold" in slow and "(the excess falls) = " in slow and "free exponent b = 0.100" in slow
 
-    # the MNIST figure without runs: every row "not run", the claim not checked, a placeholder figure
+    # the MNIST figure without runs: every row "not run", the claim not checked, no figure (the reason instead)
     mnist = build_table("reshetova_fig11_mnist", params, results)
     assert set(mnist.frame["W2 to clean held-out ours"]) == {"not run"} and mnist.ours == 0
     assert any("Ours: not checked" in n for n in mnist.notes)
-    assert train_size_figure(mnist, params, tmp_path / "none").is_file()
+    none = train_size_figure(mnist, params, tmp_path / "none")
+    assert "fewer than two training-set sizes evaluated" in none.reason and not none.path.exists()
 
 
 @pytest.mark.parametrize("edit, message", [

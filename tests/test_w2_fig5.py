@@ -133,8 +133,10 @@ def test_a_sweep_limited_to_other_scales_writes_an_empty_result_that_says_why(tm
     built = build_table("w2", loaded, results)
     assert any("not run at scale 'smoke'" in n for n in built.notes)
     assert set(built.frame["W2 to clean data ours"]) == {"not run"}
-    out = w2_noise(loaded, results, tmp_path / "figs")
-    assert (tmp_path / "figs" / "w2_noise_manifold2d_half_circle.png") in out
+    out = w2_noise(loaded, results, tmp_path / "figs")  # no figure: the reason, for the report page's not-run list
+    png = tmp_path / "figs" / "w2_noise_manifold2d_half_circle.png"
+    (skipped,) = [f for f in out if getattr(f, "path", None) == png]
+    assert "not run at scale 'smoke'" in skipped.reason and not png.exists()
 
 
 def test_the_step_check_trains_each_loss_at_twice_the_steps_and_a_pool_gives_the_same_rows(tmp_path: Path) -> None:

@@ -349,32 +349,6 @@ def dry_run_plan(cwd: Path, *args: str) -> list[tuple[str, str, str]]:
     return [(r, w, why) for r, w, why in jobs if r != "all"]
 
 
-def test_report_page_renders(smoke_pipelines, tmp_path):
-    """`snakemake --report` of the finished smoke pipeline: the page holds every table, figure and
-    sample grid with its caption, and renders in a headless browser (scripts/report-screenshot.sh; a
-    screenshot and the page's text after its JavaScript ran)."""
-    page_file = tmp_path / "report.html"
-    run([venv_bin("snakemake"), "--report", str(page_file)], smoke_pipelines.snakemake)
-    page = page_file.read_text()
-    for table in ("table1_fmnist", "pm_grid_fmnist", "privacy_ledger"):
-        assert f'Table <tt class=\\"docutils literal\\">{table}</tt>' in page, table  # its caption
-    for fig in ("training_dps_fmnist", "pm_grid_fmnist_heatmap", "w2_noise_fashion_mnist"):
-        assert f'Figure <tt class=\\"docutils literal\\">{fig}</tt>' in page, fig
-    assert 'Synthetic samples of run <tt class=\\"docutils literal\\">dps_fmnist</tt>' in page
-    shot, dom = tmp_path / "report.png", tmp_path / "report-dom.html"
-    res = subprocess.run(["bash", str(REPO / "scripts/report-screenshot.sh"), str(page_file), str(shot), str(dom)],
-                         capture_output=True, text=True, timeout=120)
-    require(res.returncode != 3, res.stderr.strip())  # no headless chromium (scripts/system-packages.sh installs it)
-    assert res.returncode == 0, res.stderr
-    from PIL import Image
-
-    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
-    assert pixels.shape[0] > 500 and pixels.std() > 10, "the screenshot is blank"
-    text = dom.read_text()
-    for words in ("our numbers beside", "Configuration: scale <tt", "Sample grids", "Tables", "Figures"):
-        assert words in text, words
-
-
 def test_a_moved_clone_through_another_path_to_its_venv_plans_nothing(smoke_snakemake, tmp_path):
     """No rule holds the interpreter's path (issue 47): the finished smoke workspace copied to another
     folder, and Snakemake started as `<another path to the same venv>/bin/python -m snakemake`, has

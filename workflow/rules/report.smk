@@ -1,6 +1,11 @@
 # The report: tables (ours beside the papers'), figures, and the `snakemake --report` page.
 # Every job also writes its wall-clock, CPU time and peak memory to benchmarks/jobs/<rule>/<wildcards>.tsv
 # (not an output; `scripts/stage-times.py` sums them per stage). Resources: workflow/resources.yaml.
+#
+# The page (`snakemake --report`): each table as HTML with its notes (a CSV would only be a download), one
+# category per paper, in the order and with the labels `dpsynth report` wrote into results/tables/page.json
+# (dpsynth.report.page); the first page (workflow/report/workflow.rst) includes results/tables/overview.html.
+from dpsynth.report.page import figure_category, figure_labels, table_category, table_labels
 
 
 rule report:
@@ -11,10 +16,11 @@ rule report:
         real=expand("results/real/{dataset}/metrics.json", dataset=PARAMS.evaluation.real_datasets),
         w2=expand("results/w2_noise/{dataset}.csv", dataset=list(PARAMS.w2_noise)),
     output:
-        tables=report(directory("results/tables"), patterns=["{name}.csv"], caption="../report/tables.rst",
-                      category="Tables", labels={"table": "{name}"}),
+        # every {name}.html but overview.html, which the first page includes
+        tables=report(directory("results/tables"), patterns=["{name,(?!overview\\.html$)[^/]+}.html"],
+                      caption="../report/tables.rst", category=table_category, labels=table_labels),
         figures=report(directory("results/figures"), patterns=["{name}.png"], caption="../report/figures.rst",
-                       category="Figures", labels={"figure": "{name}"}),
+                       category=figure_category, labels=figure_labels),
         settings=settings_path("report"),
     log:
         "logs/report.log",

@@ -44,7 +44,8 @@ def to_storage(x: torch.Tensor, output_range: str) -> np.ndarray:
 
 @torch.no_grad()
 def generate(G: torch.nn.Module, meta: dict[str, Any], n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Balanced labelled samples (labels all zero for unconditional generators)."""
+    """Balanced labelled samples; an unconditional generator ignores the labels, which then only
+    keep the file's format (every synthetic set has ``y``): its samples carry no class."""
     gen = torch.Generator().manual_seed(SAMPLE_SEED_BASE + seed)
     num_classes = int(meta["num_classes"])
     labels = balanced_labels(n, num_classes, np.random.default_rng(SAMPLE_SEED_BASE + seed))
@@ -147,12 +148,23 @@ def privacy_caption(privacy: dict[str, Any]) -> str:
     return text
 
 
+#: A run's sample grid: this many images across, each drawn this many inches wide at 100 dpi (1.5 x a
+#: 28-pixel image), and the labels' font size -- ~570 px wide in all, legible at the report page's width
+#: and in the table figures that set two grids side by side (``report.figures.sample_grids``).
+GRID_CELL_INCHES = 0.42
+GRID_FONT = 9
+
+
 def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_class: int = 10, *,
                 class_names: Sequence[str] = (), title: str | None = None,
-                manifold: np.ndarray | None = None) -> None:
+                manifold: np.ndarray | None = None, conditional: bool = True) -> None:
     """PNG grid, one row per class (``per_class`` samples each), each row labelled with its class
     name; for 2-D points a scatter over ``manifold`` (points of the true curve, drawn from its
-    public definition, never the private training records)."""
+    public definition, never the private training records). ``conditional`` False: the generator
+    draws no labels (``y`` is only the balanced placeholder ``generate`` attaches), so the grid is
+    the first ``num_classes * per_class`` samples, its rows unlabelled, and its caption says so."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,20 +189,27 @@ def sample_grid(x: np.ndarray, y: np.ndarray, num_classes: int, path: Path, per_
     c, h, w = x.shape[1:]
     canvas = np.zeros((num_classes * h, per_class * w, c), np.uint8)
     for k in range(num_classes):
-        idx = np.flatnonzero(y == k)[:per_class]
-        for j, i in enumerate(idx):
+        idx = np.flatnonzero(y == k)[:per_class] if conditional else np.arange(k * per_class, (k + 1) * per_class)
+        for j, i in enumerate(idx[idx < len(x)]):
             canvas[k * h:(k + 1) * h, j * w:(j + 1) * w] = x[i].transpose(1, 2, 0)
-    fig = plt.figure(figsize=(per_class * 0.6 + 1.2, num_classes * 0.6 + (0.4 if title else 0.1)), dpi=100)
+    cell = GRID_CELL_INCHES
+    fig = plt.figure(figsize=(per_class * cell + (1.2 if conditional else 0.2), num_classes * cell + 0.6), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     ax.imshow(canvas[..., 0] if c == 1 else canvas, cmap="gray" if c == 1 else None, vmin=0, vmax=255)
     ax.set_xticks([])
-    ax.set_yticks([(k + 0.5) * h - 0.5 for k in range(num_classes)],
-                  [class_names[k] if k < len(class_names) else str(k) for k in range(num_classes)], fontsize=7)
+    if conditional:
+        ax.set_yticks([(k + 0.5) * h - 0.5 for k in range(num_classes)],
+                      [class_names[k] if k < len(class_names) else str(k) for k in range(num_classes)],
+                      fontsize=GRID_FONT)
+    else:
+        ax.set_yticks([])
+        ax.set_xlabel(f"unconditional generator: its first {num_classes * per_class} samples (no labels)",
+                      fontsize=GRID_FONT)
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
     if title:
-        ax.set_title(title, fontsize=8)
+        ax.set_title(textwrap.fill(title, 60), fontsize=GRID_FONT)
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", bbox_inches="tight")
     plt.close(fig)

@@ -5,15 +5,17 @@ sigma), ours above the paper's, and each run's training curves (epsilon spent, s
 where it may be released).
 
 The curves' data are also written as CSV next to the PNGs so DVC ``plots:`` can draw them,
-one quantity per file (DVC draws one y per series: W2 per loss, accuracy and FID apart).
-A figure whose runs are all missing is still written, saying so, so the outputs of the
-report stage do not depend on which runs happened to finish.
+one quantity per file (DVC draws one y per series: W2 per loss, accuracy and FID apart); those CSVs
+are always written. A figure with nothing of ours to draw (its runs missing, or a table without a
+run of ours) is not written: :func:`make_figures` returns it as not drawn, with the reason, and the
+report page lists it with the tables not run (``dpsynth.report.page``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +25,16 @@ import pandas as pd
 from dpsynth.config import Params
 from dpsynth.io import atomic_open
 from dpsynth.paths import samples_png, w2_noise_csv
-from dpsynth.report.w2_samples import w2_sample_grid
-from dpsynth.report.plotting import placeholder as _placeholder
+from dpsynth.report.plotting import NotDrawn, not_drawn
 from dpsynth.report.plotting import plt as _plt
 from dpsynth.report.plotting import save as _save
-from dpsynth.report.manifolds import manifold_figures
+from dpsynth.report.manifolds import manifold_figure
+from dpsynth.report.page import TRAINING
 from dpsynth.report.runs import METRICS, RunStore, metric_value
 from dpsynth.report.tables import BuiltTable, read_w2_csv, w2_skipped_reason
-from dpsynth.report.train_size import train_size_figures
-from dpsynth.report.wavelet_figure import wavelet_figures
+from dpsynth.report.train_size import train_size_figure
+from dpsynth.report.w2_samples import w2_sample_grid
+from dpsynth.report.wavelet_figure import wavelet_figure
 
 W2_CSV = "w2_noise.csv"
 PRIVACY_UTILITY_CSV = "privacy_utility.csv"
@@ -41,44 +44,57 @@ ACCURACY_VS_EPSILON_CSV = "accuracy_vs_epsilon.csv"
 FID_VS_EPSILON_CSV = "fid_vs_epsilon.csv"
 
 
-def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> Path:
-    """The rows' ``results/runs/{experiment}/samples.png`` side by side, labelled by table row."""
+#: Sample grids side by side: this many per figure, each panel about a run's own ``samples.png``
+#: (``evaluate.sampling.sample_grid``, ~570 px wide): a figure ~1,100 px wide and ~560 px high, legible
+#: at the report page's width and never taller than its window (the page centres a figure vertically,
+#: so a taller one would lose its top). A table with more runs gets more figures: ``_samples_2`` ...
+GRIDS_PER_FIGURE = 2
+PANEL_INCHES = (5.6, 5.4)
+
+
+def sample_grids(built: BuiltTable, results: Path, out_dir: Path) -> list[Path] | NotDrawn:
+    """The rows' ``results/runs/{experiment}/samples.png`` side by side, labelled by table row:
+    ``{table}_samples.png``, then ``{table}_samples_2.png`` ... for every further ``GRIDS_PER_FIGURE``."""
     path = Path(out_dir) / f"{built.name}_samples.png"
     found = [(label, samples_png(results, exp)) for label, exp in built.runs]
     found = [(label, p) for label, p in found if p.is_file()]
     if not found:
-        return _placeholder(path, built.title, "no sample grids: not run")
+        return not_drawn(path, f"{built.title}: sample grids", "no run of the table has a sample grid")
     plt = _plt()
-    ncols = min(6, len(found))
-    nrows = math.ceil(len(found) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.6 * nrows), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, (label, p) in zip(axes.flat, found):
-        ax.imshow(plt.imread(p))
-        ax.set_title(label, fontsize=8)
-    fig.suptitle(built.title, fontsize=10)
-    return _save(fig, path)
+    parts = [found[i:i + GRIDS_PER_FIGURE] for i in range(0, len(found), GRIDS_PER_FIGURE)]
+    out = []
+    for k, part in enumerate(parts, 1):
+        fig, axes = plt.subplots(1, GRIDS_PER_FIGURE, figsize=(PANEL_INCHES[0] * GRIDS_PER_FIGURE, PANEL_INCHES[1]),
+                                 squeeze=False, layout="constrained")
+        for ax in axes.flat:
+            ax.axis("off")
+        for ax, (label, p) in zip(axes.flat, part):
+            ax.imshow(plt.imread(p))
+            ax.set_title(label, fontsize=11)
+        of = f" ({k} of {len(parts)})" if len(parts) > 1 else ""
+        fig.suptitle(f"{built.title}{of}", fontsize=11)
+        out.append(_save(fig, path if k == 1 else path.with_name(f"{built.name}_samples_{k}.png")))
+    return out
 
 
-def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
+def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path | NotDrawn]:
     """W2 to the clean data versus noise, one curve per loss and dataset (Reshetova et al. (arXiv:2306.09547) Fig. 5).
 
     Reads ``results/w2_noise/{dataset}.csv`` for every w2_noise table's dataset and writes
     the long-format curve data ``w2_noise.csv`` (dataset, loss, noise, w2, w2_std, n)."""
     datasets = [t.dataset for t in params.tables.values() if t.kind == "w2_noise" and t.dataset]
     rows: list[dict[str, Any]] = []
-    out: list[Path] = []
+    out: list[Path | NotDrawn] = []
     plt = _plt()
     for ds in dict.fromkeys(datasets):
         src = w2_noise_csv(results, ds)
         png = Path(out_dir) / f"w2_noise_{ds}.png"
         if not src.is_file():
-            out.append(_placeholder(png, f"W2 vs noise ({ds})", f"{src}: not run"))
+            out.append(not_drawn(png, f"W2 vs noise ({ds})", f"{src}: not run"))
             continue
         df = read_w2_csv(src)
         if df.empty:
-            out.append(_placeholder(png, f"W2 vs noise ({ds})", w2_skipped_reason(src) or f"{src}: no rows"))
+            out.append(not_drawn(png, f"W2 vs noise ({ds})", w2_skipped_reason(src) or f"{src}: no rows"))
             continue
         right = "entropic_w2_privatized" in df and df["entropic_w2_privatized"].notna().any()
         fig, axes = plt.subplots(1, 2 if right else 1, figsize=(10 if right else 5, 3.5), squeeze=False)
@@ -129,7 +145,8 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path]:
     return out + [csv_path, wide_path]
 
 
-def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStore | None = None) -> list[Path]:
+def privacy_utility(params: Params, results: Path, out_dir: Path,
+                    store: RunStore | None = None) -> list[Path | NotDrawn]:
     """Accuracy and FID versus epsilon for every (method, dataset) configured at several
     target epsilons; the x value is the run's headline epsilon (what its accountant says).
     ``store``: the report's validated runs (default: read from ``results``)."""
@@ -139,7 +156,7 @@ def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStor
         if exp.privacy.enabled and exp.privacy.epsilon is not None:
             groups[(exp.method, exp.dataset)].append(name)
     rows: list[dict[str, Any]] = []
-    out: list[Path] = []
+    out: list[Path | NotDrawn] = []
     plt = _plt()
     for (method, dataset), names in sorted(groups.items()):
         targets = {params.all_experiments()[n].privacy.epsilon for n in names}
@@ -163,7 +180,8 @@ def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStor
         rows += pts
         png = Path(out_dir) / f"privacy_utility_{method}_{dataset}.png"
         if not pts:
-            out.append(_placeholder(png, f"privacy-utility: {method} on {dataset}", "not run"))
+            out.append(not_drawn(png, f"privacy-utility: {method} on {dataset}",
+                                 f"none of its runs ({', '.join(names)}) has metrics"))
             continue
         # runs at one target epsilon (e.g. a seed sweep's cells) are one point: mean ± std
         df = pd.DataFrame(pts).groupby(["metric", "target"]).agg(
@@ -198,24 +216,24 @@ def privacy_utility(params: Params, results: Path, out_dir: Path, store: RunStor
     return out + [csv_path, *split]
 
 
-def training_curves(params: Params, models: Path, out_dir: Path) -> list[Path]:
+def training_curves(params: Params, models: Path, out_dir: Path) -> list[Path | NotDrawn]:
     """``training_{experiment}.png`` per pipeline target from its released ``train_log.csv``:
     epsilon spent vs step (a private run), the loss vs step where the log may hold it (non-private
     runs and local-DP runs, whose loss is post-processing of privatized data), and steps/s.
     A DP run's loss is computed on private records without noise and is never in that log."""
     plt = _plt()
-    out: list[Path] = []
+    out: list[Path | NotDrawn] = []
     for name in params.pipeline_targets():
         png = Path(out_dir) / f"training_{name}.png"
         log = Path(models) / name / "train_log.csv"
         if not log.is_file():
-            out.append(_placeholder(png, f"training: {name}", f"{log}: not run"))
+            out.append(not_drawn(png, f"training: {name}", f"{log}: not run"))
             continue
         df = pd.read_csv(log)
         panels = [c for c in ("epsilon", "loss", "steps_per_s") if c in df and df[c].notna().any()
                   and np.isfinite(df[c].to_numpy(dtype=float)).any()]
         if "step" not in df or not panels:
-            out.append(_placeholder(png, f"training: {name}", f"{log}: no curves (columns {list(df)})"))
+            out.append(not_drawn(png, f"training: {name}", f"{log}: no curves (columns {list(df)})"))
             continue
         labels = {"epsilon": "ε spent (headline accountant)", "loss": "loss", "steps_per_s": "steps/s"}
         if "epsilon_label" in df and df["epsilon_label"].notna().any():  # the run's privacy label (loop.labelled_log)
@@ -292,22 +310,59 @@ def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
     return _save(fig, Path(out_dir) / f"{built.name}_heatmap.png")
 
 
-def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path,
-                 store: RunStore | None = None, models: Path | None = None) -> list[Path]:
-    """Every figure into ``out_dir`` (the report passes a staging folder it swaps in when all succeeded)."""
-    out: list[Path] = []
-    for b in built.values():
-        if params.tables[b.name].kind in ("methods", "grid"):
-            out.append(sample_grids(b, results, out_dir))
-        hm = heat_maps(b, out_dir)
-        if hm is not None:
-            out.append(hm)
-    out += w2_noise(params, results, out_dir)
-    out += manifold_figures(params, built, out_dir)  # Reshetova et al. Figs. 1, 6, 7
-    out += train_size_figures(params, built, out_dir)  # Reshetova et al. Fig. 11
+@dataclass(frozen=True)
+class Figure:
+    """One output of :func:`make_figures`: the file written (a PNG, or a CSV for ``dvc plots``) or the
+    record of a figure not drawn, the table it belongs to (None: a run's or the privacy figures) and
+    what it shows, in the words the report page labels it with."""
 
-    out += wavelet_figures(params, built, out_dir, models=models)  # Reshetova et al. Figs. 2, 8
-    out += privacy_utility(params, results, out_dir, store)
+    out: Path | NotDrawn
+    table: str | None
+    shows: str
+
+    @property
+    def drawn(self) -> bool:
+        return isinstance(self.out, Path) and self.out.suffix == ".png"
+
+
+def _table_figures(params: Params, b: BuiltTable, results: Path, out_dir: Path,
+                   models: Path | None) -> list[Figure]:
+    """The figures of one table with a run of ours (a table with none gets none: the page lists it)."""
+    kind = params.tables[b.name].kind
+    out: list[Figure] = []
+    if kind in ("methods", "grid"):
+        grids = sample_grids(b, results, out_dir)
+        parts = [grids] if isinstance(grids, NotDrawn) else grids
+        out += [Figure(g, b.name, "sample grids" + (f" {k:02d} of {len(parts)}" if len(parts) > 1 else ""))
+                for k, g in enumerate(parts, 1)]
+    hm = heat_maps(b, out_dir)
+    if hm is not None:
+        out.append(Figure(hm, b.name, "heat maps"))
+    if kind == "manifold":  # Reshetova et al. Figs. 1, 6, 7
+        out.append(Figure(manifold_figure(b, params, out_dir), b.name, "manifolds"))
+    if kind == "train_size":  # Reshetova et al. Fig. 11
+        out.append(Figure(train_size_figure(b, params, out_dir), b.name, "W2 against n"))
+    if kind == "wavelet":  # Reshetova et al. Figs. 2, 8
+        out.append(Figure(wavelet_figure(b, params, out_dir, models=models), b.name, "images"))
+    return out
+
+
+def make_figures(params: Params, built: dict[str, BuiltTable], results: Path, out_dir: Path,
+                 store: RunStore | None = None, models: Path | None = None) -> list[Figure]:
+    """Every figure into ``out_dir`` (the report passes a staging folder it swaps in when all succeeded),
+    and every one not drawn, each with its table."""
+    out: list[Figure] = []
+    for b in built.values():
+        if b.ours:
+            out += _table_figures(params, b, results, out_dir, models)
+    w2_tables = {params.tables[b.name].dataset: b.name for b in built.values()
+                 if params.tables[b.name].kind == "w2_noise"}
+    for f in w2_noise(params, results, out_dir):
+        stem = (f.path if isinstance(f, NotDrawn) else f).stem.removeprefix("w2_noise_")
+        ds = stem.removesuffix("_samples")
+        out.append(Figure(f, w2_tables.get(ds), "samples per noise level and loss" if stem != ds else
+                          "W2 against noise"))
+    out += [Figure(f, None, "utility against ε") for f in privacy_utility(params, results, out_dir, store)]
     if models is not None:
-        out += training_curves(params, models, out_dir)
+        out += [Figure(f, None, TRAINING) for f in training_curves(params, models, out_dir)]
     return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -111,13 +110,3 @@ def manifold_figure(built: BuiltTable, params: Params, out_dir: Path, *, data_ro
     fig.suptitle(textwrap.fill(f"{built.title} -- {built.paper}", 110) + "\n" + textwrap.fill(caption, 120),
                  fontsize=9)
     return _save(fig, Path(out_dir) / f"{built.name}.png")
-
-
-def manifold_figures(params: Params, built: dict[str, BuiltTable], out_dir: Path,
-                     data_root: Path | None = None) -> list[Path]:
-    """One figure per ``kind: manifold`` table."""
-    out: list[Any] = []
-    for b in built.values():
-        if b.panels is not None:
-            out.append(manifold_figure(b, params, out_dir, data_root=data_root))
-    return out

@@ -1,17 +1,20 @@
 """The report's matplotlib plumbing, shared by every figure module: a headless backend, atomic PNG
-writes, and the placeholder figure written where runs are missing (so the report's outputs do not
-depend on which runs finished). Its own module so the figure modules (``figures``, ``manifolds``,
-``train_size``, ``wavelet_figure``) import it, not each other."""
+writes, and the record of a figure not drawn (its runs are missing). Its own module so the figure
+modules (``figures``, ``manifolds``, ``train_size``, ``wavelet_figure``) import it, not each other.
+
+A figure with nothing of ours to draw is not written: a picture saying "not run" is no result, and
+the report page lists every such figure in one place (``dpsynth.report.page``) with the scale or
+target that draws it, instead of showing each as a figure."""
 
 from __future__ import annotations
 
-import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpsynth.io import atomic_path
 
-__all__ = ["placeholder", "plt", "save"]
+__all__ = ["NotDrawn", "not_drawn", "plt", "save"]
 
 
 def plt() -> Any:
@@ -32,9 +35,15 @@ def save(fig: Any, path: Path) -> Path:
     return path
 
 
-def placeholder(path: Path, title: str, message: str) -> Path:
-    """A small figure that says why the real one is missing."""
-    fig = plt().figure(figsize=(5, 1.5))
-    fig.text(0.5, 0.6, title, ha="center", va="center", fontsize=10, weight="bold")
-    fig.text(0.5, 0.3, textwrap.fill(message, 90), ha="center", va="center", fontsize=8)
-    return save(fig, path)
+@dataclass(frozen=True)
+class NotDrawn:
+    """A figure the report did not draw: where it would be, its title, and why (its runs are missing)."""
+
+    path: Path
+    title: str
+    reason: str
+
+
+def not_drawn(path: Path, title: str, reason: str) -> NotDrawn:
+    """The record of a figure not drawn (nothing is written: the report builds into a fresh folder)."""
+    return NotDrawn(Path(path), title, reason)

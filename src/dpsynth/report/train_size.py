@@ -12,25 +12,23 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dpsynth.config import Params
-from dpsynth.report.plotting import placeholder as _placeholder
+from dpsynth.report.plotting import NotDrawn, not_drawn
 from dpsynth.report.plotting import plt as _plt
 from dpsynth.report.plotting import save as _save
 from dpsynth.report.tables import BuiltTable
 
 
-def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path:
-    """One log-log figure of W2 vs n; a placeholder saying so when fewer than two sizes have a W2."""
+def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path | NotDrawn:
+    """One log-log figure of W2 vs n; not drawn (and saying why) when fewer than two sizes have a W2."""
     assert built.curves is not None
     path = Path(out_dir) / f"{built.name}.png"
     pts = [p for p in built.curves["points"] if not math.isnan(p["test"])]
     if len({p["n"] for p in pts}) < 2:
-        return _placeholder(path, built.title, f"fewer than two training-set sizes evaluated ({params.scale} scale): "
-                                               "not run")
+        return not_drawn(path, built.title, f"fewer than two training-set sizes evaluated ({params.scale} scale)")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
     runs = [p for p in built.curves.get("runs", []) if not math.isnan(p["test"])]
@@ -68,8 +66,3 @@ def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path:
     fig.suptitle(textwrap.fill(f"{built.title} -- {built.paper}", 90) + "\n" + textwrap.fill(caption, 110),
                  fontsize=7)
     return _save(fig, path)
-
-
-def train_size_figures(params: Params, built: dict[str, BuiltTable], out_dir: Path) -> list[Any]:
-    """One figure per ``kind: train_size`` table."""
-    return [train_size_figure(b, params, out_dir) for b in built.values() if b.curves is not None]

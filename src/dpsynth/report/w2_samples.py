@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynth.paths import w2_noise_samples
-from dpsynth.report.plotting import placeholder as _placeholder
+from dpsynth.report.plotting import NotDrawn, not_drawn
 from dpsynth.report.plotting import plt as _plt
 from dpsynth.report.plotting import save as _save
 
@@ -30,9 +30,9 @@ def _tile(x: np.ndarray, side: int = 6) -> np.ndarray | None:
     return imgs.transpose(0, 2, 1, 3).reshape(side * w, side * w)
 
 
-def w2_sample_grid(csv_path: Path, dataset: str, out_dir: Path) -> Path:
-    """``w2_noise_<dataset>_samples.png``: a panel per (loss, noise level); a placeholder naming the file when the
-    sweep kept no samples."""
+def w2_sample_grid(csv_path: Path, dataset: str, out_dir: Path) -> Path | NotDrawn:
+    """``w2_noise_<dataset>_samples.png``: a panel per (loss, noise level); not drawn (the page's list says why)
+    when the sweep kept no samples."""
     png = Path(out_dir) / f"w2_noise_{dataset}_samples.png"
     src = w2_noise_samples(csv_path)
     try:
@@ -42,7 +42,7 @@ def w2_sample_grid(csv_path: Path, dataset: str, out_dir: Path) -> Path:
         kept = {}
     keys = [k.split("|") for k in kept if k.startswith("figure|")]
     if not keys:
-        return _placeholder(png, f"W2 vs noise ({dataset}): samples", f"{src}: no samples kept")
+        return not_drawn(png, f"W2 vs noise ({dataset}): samples", f"{src}: no samples kept")
     first = min(int(k[3]) for k in keys)
     losses = list(dict.fromkeys(k[1] for k in keys))
     noises = sorted({float(k[2]) for k in keys})

@@ -1,4 +1,5 @@
-"""The report stage (`dpsynth report`): every table (md/csv/tex) and figure from the runs' metrics.json.
+"""The report stage (`dpsynth report`): every table (md/csv/tex, and html for the report page) and figure
+from the runs' metrics.json, and the page's first part and order (``dpsynth.report.page``).
 
 Every metrics.json is read and validated before anything is written, and the tables and
 figures are built into staging folders beside ``results/tables`` and ``results/figures``
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 #: What a folder the report replaces may hold: its own outputs, atomic-write temporaries, and
 #: Snakemake's marker of a directory output. Anything else means the folder is not the report's.
-_REPORT_SUFFIXES = {".md", ".csv", ".tex", ".png", ".tmp"}
+_REPORT_SUFFIXES = {".md", ".csv", ".tex", ".html", ".json", ".png", ".tmp"}
 
 
 def _check_replaceable(folder: Path, flag: str) -> None:
@@ -47,6 +48,7 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     from dpsynth.io import staged_dir
     from dpsynth.report.figures import make_figures
     from dpsynth.report.ledger import LEDGER, build_ledger
+    from dpsynth.report.page import build_page, write_page
     from dpsynth.report.runs import RunStore
     from dpsynth.report.tables import BuiltTable, build_tables, write_index, write_table
 
@@ -82,8 +84,13 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
             print(f"report: {b.name}: {len(b.frame)} rows ({b.ours} with our numbers) -> "
                   f"{tables_dir / b.name}.{{md,csv,tex}}")
         write_index(built, tables_stage, params.scale)
-        written = make_figures(params, {k: b for k, b in built.items() if k != LEDGER}, results_dir, figures_stage,
+        figures = make_figures(params, {k: b for k, b in built.items() if k != LEDGER}, results_dir, figures_stage,
                                store, models=Path(models))
-    print(f"report: {len(built)} tables -> {tables_dir} (start at {tables_dir / 'index.md'}), "
-          f"{len(written)} figure files -> {figures_dir} ({time.perf_counter() - t0:.1f} s)")
+        page = build_page(params, built, figures, [r.name for r in store.runs()])
+        write_page(page, built, tables_stage)
+    drawn = sum(f.drawn for f in figures)
+    print(f"report: {len(built)} tables -> {tables_dir} (start at {tables_dir / 'index.md'}; each also as .html "
+          f"for the report page), {drawn} figures -> {figures_dir}; not run at scale {params.scale!r}: "
+          f"{len(page.not_run)} tables and figures, listed in {tables_dir / 'overview.html'} "
+          f"({time.perf_counter() - t0:.1f} s)")
     return 0

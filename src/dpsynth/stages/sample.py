@@ -70,7 +70,8 @@ def run_sample(params: Params, experiment: str, *, source: str = DEFAULT_PARAMS,
             png = samples_png(results, experiment)
             with writing_to(png):
                 sample_grid(x, y, int(meta["num_classes"]), png, class_names=spec.class_names,
-                            title=f"{experiment}: {privacy_caption(privacy)}", manifold=manifold)
+                            title=f"{experiment}: {privacy_caption(privacy)}", manifold=manifold,
+                            conditional=exp.spec.conditional)
     for stale in remove_stale_sets(out_dir, written):
         print(f"{experiment}: removed {stale} (not a set of this run)")
     sets = f"{len(written)} synthetic set" + ("s" if len(written) != 1 else "")

@@ -101,7 +101,9 @@ def w2_noise(params: Params, results: Path, out_dir: Path) -> list[Path | NotDra
         ax = axes[0][0]
         for loss, g in df.groupby("loss", sort=False):
             agg = g.groupby("noise")["w2"].agg(["mean", "std", "count"]).reset_index().fillna(0.0)
-            ax.errorbar(agg["noise"], agg["mean"], yerr=agg["std"], marker="o", label=str(loss), capsize=2)
+            runs = int(agg["count"].max())
+            counted = f"{loss} ({runs} runs per σ, ± std)" if runs > 1 else f"{loss} (1 run per σ)"
+            ax.errorbar(agg["noise"], agg["mean"], yerr=agg["std"], marker="o", label=counted, capsize=2)
             rows += [{"dataset": ds, "loss": str(loss), "noise": float(r.noise), "w2": float(r.mean),
                       "w2_std": float(r.std), "n": int(r.count)} for r in agg.itertuples()]
         if "w2_privatized_data" in df:

@@ -34,7 +34,6 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
     from dpsynth.evaluate.record import GS_WGAN, REAL_DATA, MetricsRecord
     from dpsynth.io import read_json
-    from dpsynth.evaluate.gswgan_protocol import release_training_split
     from dpsynth.paths import fid_reference_dir, gswgan_train_file, metrics_file, real_metrics_file, w2_train_file
 
     prepare_cpu(params)
@@ -99,6 +98,8 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                            "W2 to its own clean training records")
         gs = (scores.get("protocols") or {}).get(GS_WGAN)
         if gs is not None:
+            from dpsynth.evaluate.gswgan_protocol import release_training_split
+
             # GS-WGAN's IS and training-split FID: released (labelled) only for a dataset declared public
             where = gswgan_train_file(private_out, experiment)
             scores["protocols"][GS_WGAN], kept = release_training_split(

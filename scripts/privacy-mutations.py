@@ -13,6 +13,9 @@ target that file (DP-MERF's and DP-SGD's barriers: privacy/record_sanitizers.py)
 The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF and DP-CGAN tests run too: a mutation inside a
 sanitizer must be caught by its audit, not only by a wiring test.
 
+A mutation of what leaves the machine (a statistic of the training records in a released metrics.json or a job's
+log, dvc.yaml's push flags) names, as a fifth element, the tests that must catch it; they run instead of the above.
+
 Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
 mutation was not caught."""
 import argparse, pathlib, subprocess, sys
@@ -90,7 +93,41 @@ M = [
   "src/dpsynth/privacy/local_mechanisms.py",
   "return laplace_mechanism(x, radius, epsilon, rng, dct_image_shape=dct_image_shape, dct_quantile=dct_quantile)",
   "return laplace_mechanism(x, radius, epsilon, 0, dct_image_shape=dct_image_shape, dct_quantile=dct_quantile)"),
+ ("a run's GS-WGAN IS and training-split FID released whatever data.public says", "src/dpsynth/stages/evaluate.py",
+  "gs, public=params.is_public(exp.dataset), dataset=", "gs, public=True, dataset=",
+  ["tests/test_gswgan_stage.py"]),
+ ("the IS network's key (a hash of its training records) in the record", "src/dpsynth/evaluate/classifier_is.py",
+  "\"cached\": cached,\n                        \"device\": fitted.device,",
+  "\"cached\": cached, \"key\": self.key[:20],\n                        \"device\": fitted.device,",
+  ["tests/test_gswgan_protocol.py::test_classifier_is_uses_the_real_rows_cnn_and_scores_real_images_near_ten"]),
+ ("data.public listing any one dataset makes the report's tables pushable", "src/dpsynth/config/params.py",
+  "return set(self.datasets) <= set(self.data.public)", "return bool(set(self.datasets) & set(self.data.public))",
+  ["tests/test_workflow_dvc.py::test_every_output_flag_follows_the_one_release_rule"]),
+ ("a dvc.yaml whose push flags params.yaml no longer allows is not refused", "src/dpsynth/workflow/dvc.py",
+  "    if stale:\n        more =", "    if False:\n        more =",
+  ["tests/test_workflow_dvc.py::test_a_dvc_yaml_whose_push_flags_params_yaml_no_longer_allows_stops_both_runners"]),
+ ("evaluate prints the real-data row's scores to its log", "src/dpsynth/stages/evaluate.py",
+  "    if record.is_real_data:\n        print(", "    if False:\n        print(",
+  ["tests/test_gswgan_stage.py"]),
+ ("the real-data row's progress lines show its classifiers' accuracies", "src/dpsynth/stages/evaluate.py",
+  "device=dev, show_scores=False)", "device=dev, show_scores=True)", ["tests/test_gswgan_stage.py"]),
+ ("evaluate prints the W2 to a cell's own training records (and GS-WGAN's kept IS and FID) to its log",
+  "src/dpsynth/stages/evaluate.py",
+  "print(f\"{experiment}: {what} ({OUTSIDE_GUARANTEE}) -> {out}\")",
+  "print(f\"{experiment}: {what} {value} ({OUTSIDE_GUARANTEE}) -> {out}\")",
+  ["tests/test_reshetova_fig11.py::test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_private_root",
+   "tests/test_gswgan_stage.py"]),
+ ("w2noise prints its sweep's W2s (clean records, seeded noise) to its log", "src/dpsynth/stages/w2noise.py",
+  "f\"{check}: done ({row['seconds']:.1f} s)\"", "f\"{check}: W2 {row['w2']:.4f} ({row['seconds']:.1f} s)\"",
+  ["tests/test_w2_fig5.py::test_the_sweeps_log_names_each_run_and_prints_none_of_its_w2"]),
 ]
+#: What a mutation without its own tests runs: the wiring tests, the audits, the methods' and the stages' privacy tests.
+WIRING = ['tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py',
+          '-k', 'not canary',
+          'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
+          'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
+          'tests/test_batched_sweep.py::test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves',
+          'tests/test_privatize.py::test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it']
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog="mutations:\n" + "\n".join(f"  {i:2d}  {m[0]}  ({m[1]})" for i, m in enumerate(M)))
@@ -112,18 +149,14 @@ bad = [i for i in args.index if not 0 <= i < len(M)]
 if bad:
     ap.error(f"no mutation {bad[0]} (0..{len(M) - 1}; see --list)")
 missed = 0
-for i, (name, f, old, new) in enumerate(M):
+for i, (name, f, old, new, *own) in enumerate(M):
     if args.index and i not in args.index: continue
     p = R / f; src = p.read_text()
     assert src.count(old) == 1, (name, src.count(old))
     p.write_text(src.replace(old, new))
     try:
-        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', 'tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py', '-k', 'not canary',
-                            'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
-                            'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
-                            'tests/test_batched_sweep.py::test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves',
-                            'tests/test_privatize.py::test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it'],
-                           cwd=R, capture_output=True, text=True, timeout=600)
+        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', *(own[0] if own else WIRING)],
+                           cwd=R, capture_output=True, text=True, timeout=900)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
         print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)
         missed += not failed

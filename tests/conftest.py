@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,3 +211,46 @@ def private_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(dataset, "load_processed", spy)
     return calls
+
+
+def train_split_statistics(node: Any, where: str = "") -> list[str]:
+    """Where a metrics.json (``node``) holds a statistic of the training records: a score whose reference is the
+    training split, one measured with a network trained on it, or a key (hash) of such a network's records.
+    Empty for a file every number of which is computed on synthetic data and the held-out test split."""
+    found = []
+    if isinstance(node, dict):
+        measured = node.get("available", True) is not False
+        if measured and "train" in str(node.get("reference_split", "")):
+            found.append(where or "(top)")
+        clf = node.get("classifier")
+        if measured and isinstance(clf, dict) and "train" in str(clf.get("trained_on", "")):
+            found.append(where or "(top)")
+        if where.endswith("classifier") and "key" in node:
+            found.append(f"{where}.key")
+        for k, v in node.items():
+            found += train_split_statistics(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += train_split_statistics(v, f"{where}[{i}]")
+    return found
+
+
+def printed_values(values: list[float], log: str) -> list[str]:
+    """Which of ``values`` ``log`` shows, in a format the stages and progress lines print numbers in. Counts,
+    rates, ETAs and durations ("12.3 step/s", "4.1 s") are left out first: a value is looked for where a score
+    is printed, not where a timing happens to share its digits."""
+    import re
+
+    lines = []
+    for line in log.splitlines():
+        if line.startswith("["):  # a progress line: "[desc] unit n/total (pct) | rate | ETA .. | fields | status"
+            line = " | ".join(part for part in line.split(" | ")[1:] if not (
+                part.endswith("/s") or part.startswith("ETA ") or re.match(r"(done|stopped)\b", part)))
+        lines.append(re.sub(r"\d+(?:\.\d+)? s\b", "", line))
+    text = "\n".join(lines)
+    shown = []
+    for v in values:
+        for form in {f"{v:.4f}", f"{v:.3f}", f"{v:.4g}", f"{v:.2f}", repr(v)}:
+            if len(form.strip("-0.")) >= 2 and re.search(rf"(?<![\d.]){re.escape(form)}(?!\d)", text):
+                shown.append(f"{v} as {form}")
+    return shown

@@ -88,10 +88,13 @@ def copy_workspace(src: Path, dest: Path) -> Path:
 
 def smoke_patch(p: dict) -> None:
     """One DP-Sinkhorn target, one sweep cell, the real-data row and a one-level W2 sweep. Reproducible
-    noise: the tests compare the generators two runners made bit for bit (not private, and labelled so)."""
+    noise: the tests compare the generators two runners made bit for bit (not private, and labelled so).
+    No dataset declared public (a curator's own data): nothing computed on the training records without noise
+    may reach a released file (tests/test_workflow_sync.py reads every one)."""
     p["scale"] = "smoke"
     p["privacy_noise"] = "reproducible"
     p["datasets"] = ["fashion_mnist"]
+    p["data"]["public"] = []
     # the shipped list also targets MNIST's cells
     p["pipeline"] = {"experiments": ["dps_fmnist"], "sweeps": ["pm_fmnist_quick"]}
     p["sweeps"]["pm_fmnist_quick"]["grid"] = {"p": [1.0], "m": [1]}

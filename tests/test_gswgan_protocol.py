@@ -126,6 +126,10 @@ def test_classifier_is_uses_the_real_rows_cnn_and_scores_real_images_near_ten(mn
     cache.path.write_bytes(b"not an npz")  # a damaged cache file is refitted and replaced
     again, info = ISClassifierCache(mnist, tmp_path, max_epochs=1, train_subset=300).get()
     assert info["cached"] is False and again.n_train == 270
+    # what the record says of the network holds no part of its key, a hash of its training records (it would
+    # confirm a guess of them); the key names only the cache file under the private root
+    other = ISClassifierCache(mnist, tmp_path, max_epochs=1, train_subset=300)
+    assert "key" not in info and other.key[:8] not in repr(info) and cache.key[:8] not in repr(real)
 
 
 @pytest.mark.slow

@@ -1,13 +1,18 @@
 """GS-WGAN's Table 1 protocol through the evaluate and report stages: only the runs of a ``protocol:
 gs_wgan`` table compute it, the real row's CNN is the IS network, metrics.json carries the record, and the
-table renders the paper's numbers beside ours (Calibrated Acc from the run and the real row).
+table renders the paper's numbers beside ours (Calibrated Acc from the run and the real row). Its IS and FID
+are statistics of the training records: released (labelled) only for a dataset declared public, otherwise
+kept under the private root, and printed to no job log that the release rule does not allow.
 
 Real stages on scikit-learn's bundled 28x28 digits at the smoke scale (an untrained generator, so the
 numbers are a wiring check, not a measurement); ~50 s on one CPU thread."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,8 @@ from dpsynth.evaluate.zoo import available_models
 from dpsynth.report.runs import fmt_summary
 from dpsynth.methods.artifacts import save_generator
 from dpsynth.nets import build_generator
-from tests.conftest import REPO, clear_pipeline, with_digits28
+from dpsynth.paths import PUBLIC_TRAINING_SPLIT
+from tests.conftest import REPO, clear_pipeline, printed_values, train_split_statistics, with_digits28
 from tests.test_evaluate_stage import ARCH, META, PRIVACY, require_fid_weights
 
 TABLE = {"title": "GS-WGAN's protocol on digits (test)", "paper": "GS-WGAN (arXiv:2006.08265) Table 1",
@@ -48,22 +54,36 @@ def _params(tmp: Path, tables: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
+def _captured(job: Any) -> str:
+    """What ``job()`` printed to stdout and stderr -- a job's log -- with a progress line at every update
+    (DPSYNTH_PROGRESS_EVERY=0: every value a progress line ever shows); the job must succeed."""
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        mp.setenv("DPSYNTH_PROGRESS_EVERY", "0")
+        assert job() == 0
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> dict[str, Any]:
     """digits28 prepared (the session's copy, in the data root ``data``), two untrained generators
-    sampled, every evaluate job and the report run."""
-    import os
-
+    sampled, every evaluate job and the report run, each job's log kept; then ``dps_digits`` evaluated and
+    reported again with digits28 NOT declared public (``data.public``) into ``results_private``."""
     from dpsynth.stages.evaluate import run_evaluate
     from dpsynth.stages.report import run_report
     from dpsynth.stages.sample import run_sample
 
     tmp = tmp_path_factory.mktemp("gswgan")
-    params = parse_params(_params(tmp, {"gswgan_t1_digits": TABLE}), source="test")
+    raw = _params(tmp, {"gswgan_t1_digits": TABLE})
+    params = parse_params(raw, source="test")
     assert Path(params.data.root) == Path("data")  # relative to the working directory: tmp
+    assert params.is_public("digits28")  # the shipped file declares the bundled digits public
+    raw["data"]["public"] = [d for d in raw["data"]["public"] if d != "digits28"]
+    private = parse_params(raw, source="test (digits28 not public)")
     with_digits28(digits28_processed, tmp / "data")
     cwd = os.getcwd()
     os.chdir(tmp)
+    logs = {}
     try:
         torch.manual_seed(0)
         for name in ("dps_digits", "dps_digits_plain"):
@@ -71,16 +91,22 @@ def done(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> 
                            META)
             (tmp / f"models/{name}/privacy.json").write_text(json.dumps(PRIVACY))
             assert run_sample(params, name) == 0
-        assert run_evaluate(params, real="digits28") == 0
-        assert run_evaluate(params, "dps_digits") == 0
+        logs["real"] = _captured(lambda: run_evaluate(params, real="digits28"))
+        logs["run"] = _captured(lambda: run_evaluate(params, "dps_digits"))
         assert run_evaluate(params, "dps_digits_plain") == 0
         assert run_report(params) == 0
+        # the same run, its dataset not declared public (the real row is the same file: copied, not recomputed)
+        (tmp / "results_private/real").mkdir(parents=True)
+        os.symlink(tmp / "results/real/digits28", tmp / "results_private/real/digits28")
+        logs["private"] = _captured(lambda: run_evaluate(private, "dps_digits", results="results_private"))
+        assert run_report(private, results="results_private") == 0
     finally:
         os.chdir(cwd)
     read = lambda p: json.loads((tmp / p).read_text())  # noqa: E731
     return {"dir": tmp, "params": params, "real": read("results/real/digits28/metrics.json"),
             "run": read("results/runs/dps_digits/metrics.json"),
-            "plain": read("results/runs/dps_digits_plain/metrics.json")}
+            "plain": read("results/runs/dps_digits_plain/metrics.json"),
+            "private_run": read("results_private/runs/dps_digits/metrics.json"), "logs": logs}
 
 
 def test_only_the_tables_runs_compute_the_protocol(done: dict[str, Any]) -> None:
@@ -116,9 +142,13 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
         assert ft["kid"]["n_reference"] == ft["fid_inf"]["n_reference"] == ft["n_reference"] == 8
         assert ft["precision"]["available"] and ft["recall"]["reference_split"] == "train"
         assert ft["precision"]["n_generated"] == ft["recall"]["n_reference"] == 8 and ft["recall"]["k"] == 3
-    # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it
+    # the real row's CNN fit is the IS network: its evaluate job stored it, the run's loaded it (the same fit:
+    # the same hold-out accuracy; no record holds the cache's key, a hash of the network's training records)
     assert real["is"]["classifier"]["cached"] is True and run["is"]["classifier"]["cached"] is True
-    assert real["is"]["classifier"]["key"] == run["is"]["classifier"]["key"]
+    assert real["is"]["classifier"]["holdout_accuracy"] == run["is"]["classifier"]["holdout_accuracy"]
+    assert "key" not in real["is"]["classifier"] and "key" not in run["is"]["classifier"]
+    # digits28 is declared public: the run's training-split statistics are released, labelled as such
+    assert run["is"]["privacy"] == run["fid_train"]["privacy"] == PUBLIC_TRAINING_SPLIT
     assert real["is"]["n_images"] == min(smoke.is_samples, 360)  # the real row: the real test split
     assert real["accuracy"]["per_set"][0]["cnn"] == done["real"]["classifiers"]["cnn"]["mean"]
     # real digits are learnable, an untrained generator's noise is not; calibration: real = 100 %
@@ -177,6 +207,71 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
     assert "200 images of each synthetic set" in text and "VGG11" in text and "SAMME" in text
     assert "LeNet-5" in text and "Calibrated Acc ours: per synthetic set" in text
     assert "9.80" in csv and "100 %" in csv
+    # labelled: the training-split columns of a public dataset's run are outside the guarantee
+    assert "IS, FID, KID (×10³) and FID∞ ours of dps_digits: computed on the real training split of digits28 " \
+           "without noise, shown because data.public declares it public" in text
+
+
+def test_a_dataset_not_declared_public_keeps_is_and_fid_under_the_private_root(done: dict[str, Any]) -> None:
+    """digits28 not in ``data.public``: the run's released metrics.json holds no statistic of the training
+    records -- its IS and FID against the training split name the private file that keeps them, labelled outside
+    the guarantee, and the table's cells say so; the rest of the protocol (scored on the test split) is released
+    as before. A record that releases them unlabelled, or holds the IS network's key, is refused by key."""
+    from dpsynth.evaluate.record import MetricsError
+    from dpsynth.paths import OUTSIDE_GUARANTEE, gswgan_train_file, release_rule
+    from dpsynth.report.tables.gswgan import KEPT_PRIVATE
+
+    require_fid_weights()
+    m, public = done["private_run"], done["run"]
+    assert train_split_statistics(m) == [] and train_split_statistics(public) != []
+    rec = m["protocols"][GS_WGAN]
+    where = str(gswgan_train_file("private", "dps_digits"))
+    for key in ("is", "fid_train"):
+        assert rec[key]["available"] is False and rec[key]["private"] == where and "not declare digits28 public" \
+            in rec[key]["reason"]
+    assert rec["accuracy"] == public["protocols"][GS_WGAN]["accuracy"]  # test-split scores: released as before
+    kept = json.loads((done["dir"] / where).read_text())
+    assert kept["privacy"] == OUTSIDE_GUARANTEE and not release_rule(where).push and not release_rule(where).cache
+    for key in ("is", "fid_train"):  # the very numbers the public run released, moved, not dropped
+        assert kept["gswgan_train"][key]["mean"] == public["protocols"][GS_WGAN][key]["mean"]
+    text = (done["dir"] / "results_private/tables/gswgan_t1_digits.md").read_text()
+    header = [c.strip() for c in next(ln for ln in text.splitlines() if ln.startswith("| Method")).split("|")[2:-1]]
+    ours = dict(zip(header, [c.strip() for c in next(ln for ln in text.splitlines()
+                                                     if ln.startswith("| untrained DCGAN")).split("|")[2:-1]]))
+    for col in ("IS ours", "FID ours", "KID (×10³) ours", "FID∞ ours"):
+        assert ours[col] == KEPT_PRIVATE, (col, ours[col])
+    assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} (1 run)"
+    assert f"kept under the private root ({where})" in text
+    # a record releasing them unlabelled (an older evaluate, a hand edit), or with the network's key: refused
+    bad = json.loads(json.dumps(public))
+    del bad["protocols"][GS_WGAN]["is"]["privacy"]
+    with pytest.raises(MetricsError, match=r"protocols\.gs_wgan\.is.*not labelled as a public dataset"):
+        MetricsRecord.from_dict(bad)
+    bad = json.loads(json.dumps(public))
+    bad["protocols"][GS_WGAN]["is"]["classifier"]["key"] = "0123456789abcdef0123"
+    with pytest.raises(MetricsError, match=r"protocols\.gs_wgan\.is\.classifier\.key"):
+        MetricsRecord.from_dict(bad)
+
+
+def test_the_job_logs_show_no_statistic_that_stays_on_this_machine(done: dict[str, Any]) -> None:
+    """Job logs are not private (``paths.release_rule``): the real-data row's log names its file but prints none
+    of its scores, nor do its progress lines (its classifiers' and zoo's accuracies); a run's log prints its IS
+    and training-split FID only when its metrics.json releases them (a dataset declared public)."""
+    require_fid_weights()
+    real, logs = done["real"], done["logs"]
+    assert "the real-data row is" in logs["real"] and "results/real/digits28/metrics.json" in logs["real"]
+    gs = real["protocols"][GS_WGAN]
+    values = [real["classifiers"]["cnn"]["mean"], real["fid"]["mean"], gs["is"]["mean"], gs["fid_train"]["mean"],
+              *(r["mean"] for r in gs["zoo"]["models"].values())]
+    assert printed_values(values, logs["real"]) == []
+    kept = done["private_run"]["protocols"][GS_WGAN]["is"]["private"]
+    private = json.loads((done["dir"] / kept).read_text())["gswgan_train"]
+    assert printed_values([private["is"]["mean"], private["fid_train"]["mean"]], logs["private"]) == []
+    assert f"kept under {kept}" in logs["private"]
+    # the same numbers are printed where they are released: the check sees a printed value
+    rec = done["run"]["protocols"][GS_WGAN]
+    assert printed_values([rec["is"]["mean"], rec["fid_train"]["mean"]], logs["run"])
+    assert printed_values([done["run"]["classifiers"]["cnn"]["mean"]], logs["run"])
 
 
 def test_an_unavailable_training_split_fid_reads_unavailable(done: dict[str, Any]) -> None:
@@ -213,6 +308,10 @@ def test_the_protocols_sizes_reach_exactly_those_jobs_fingerprints() -> None:
         a, b = parse_params(base, source="a"), parse_params(raw, source="b")
         return {j for j in jobs if fingerprint(a, *j) != fingerprint(b, *j)}
 
+    # declaring the dataset public, or no longer, re-runs the protocol's run jobs (they release IS and FID only
+    # then) and the report; the real row's job and the others are the same
+    private = changed(lambda p: p["data"].update(public=[d for d in p["data"]["public"] if d != "digits28"]))
+    assert private == {("evaluate", "dps_digits"), ("report", "")}
     size = changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_train_subset=321))
     assert size == {("evaluate", "dps_digits"), ("evaluate_real", "digits28"), ("report", "")}
     assert changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_max_iter=None)) == size

@@ -148,10 +148,12 @@ def test_the_train_stage_trains_on_the_privatized_first_n(half_circle: Any, tmp_
 
 
 def test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_private_root(
-        half_circle: Any, tmp_path: Path) -> None:
+        half_circle: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The W2 to a cell's own clean training records is a statistic of the private records without noise: it is
-    written under the private root (labelled), never into the released metrics.json, and a metrics.json that
-    carries it is refused."""
+    written under the private root (labelled), never into the released metrics.json nor the job's log (job logs
+    are not private: the log names the file), and a metrics.json that carries it is refused."""
+    from tests.conftest import printed_values, train_split_statistics
+
     from dpsynth.evaluate.record import MetricsError, MetricsRecord
     from dpsynth.evaluate.w2 import w2_distance
     from dpsynth.paths import OUTSIDE_GUARANTEE, release_rule, w2_train_file
@@ -165,11 +167,15 @@ def test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_
     assert run_evaluate(params, name, synthetic=str(Path(params.data.root) / "synthetic"),
                         models=str(tmp_path / "models"), results=str(tmp_path / "results"),
                         private_out=str(tmp_path / "private"), device="cpu") == 0
+    log = "".join(capfd.readouterr())
     rec = json.loads((tmp_path / "results" / "runs" / name / "metrics.json").read_text())
     w2 = rec["w2"]
     assert "train" not in w2 and "train" not in json.dumps(w2)  # nothing of it in the released file
+    assert train_split_statistics(rec) == []
     private = json.loads(w2_train_file(tmp_path / "private", name).read_text())
     train = private["w2_train"]
+    assert printed_values([train["mean"]], log) == [] and str(w2_train_file(tmp_path / "private", name)) in log
+    assert printed_values([w2["mean"]], log)  # the released W2 (to the test records) is printed: the check sees it
     assert private["privacy"] == OUTSIDE_GUARANTEE and private["experiment"] == name
     assert train["n_records"] == 1000 and train["n_points"] == 1000 and "clean" in train["reference_split"]
     gen = np.load(Path(params.data.root) / "synthetic" / name / "seed0.npz")["x"].astype(np.float64)

@@ -207,3 +207,36 @@ def test_reference_rows_show_that_w2_rewards_blur_on_real_mnist() -> None:
     assert rows[BLURRED]["w2"] + 0.5 < rows[CLEAN]["w2"] and rows[SHRUNK]["w2"] + 0.5 < rows[CLEAN]["w2"]
     assert rows[MEAN]["w2"] > rows[CLEAN]["w2"] + 0.5
     assert all(0 < r["w2_draw_std"] < 0.3 for r in rows.values())
+
+
+def test_the_sweeps_log_names_each_run_and_prints_none_of_its_w2(tmp_path: Path,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """The sweep trains on the clean records with seeded noise: its rows are outside the guarantee and never
+    pushed (``paths.NOISE_FREE``), and job logs are not private, so the log says which run finished and where the
+    rows went, never a W2 of them."""
+    from dpsynth.config import parse_params
+    from dpsynth.io import write_npz
+    from dpsynth.paths import OUTSIDE_GUARANTEE
+    from dpsynth.stages.w2noise import run_w2noise
+    from tests.conftest import printed_values
+
+    rng = np.random.default_rng(0)
+    write_npz(tmp_path / "data" / "processed" / "manifold2d_half_circle.npz",
+              x_train=_half_circle(rng, 400).astype(np.float32), y_train=np.zeros(400, np.int64),
+              x_test=_half_circle(rng, 100).astype(np.float32), y_test=np.zeros(100, np.int64),
+              num_classes=np.int64(1))
+    p = clear_pipeline(yaml.safe_load((REPO / "params.yaml").read_text()))
+    p.update(scale="smoke", datasets=["manifold2d_half_circle"])
+    p["evaluation"]["real_datasets"] = []
+    p["data"]["root"] = str(tmp_path / "data")
+    p["w2_noise"] = {"manifold2d_half_circle": {"noise_levels": [0.2], "losses": ["exact", "entropic"], "steps": 3,
+                                                "batch_size": 50, "sinkhorn_iters": 10, "n_eval": 50}}
+    assert run_w2noise(parse_params(p, source="test"), "manifold2d_half_circle", results=str(tmp_path / "results"),
+                       private_out=str(tmp_path / "private")) == 0
+    log = "".join(capfd.readouterr())
+    rows = pd.read_csv(tmp_path / "results" / "w2_noise" / "manifold2d_half_circle.csv")
+    gen = rows[rows["role"] != "reference"]  # the reference row (real training points) has a W2 only
+    values = [float(v) for col in ("w2", "w2_privatized_data", "entropic_w2_privatized") for v in gen[col]]
+    values += [float(v) for v in rows.loc[rows["role"] == "reference", "w2"]]
+    assert len(values) == 6 + 1 and printed_values(values, log) == []
+    assert log.count("noise 0.2") == 2 and OUTSIDE_GUARANTEE in log

@@ -119,22 +119,25 @@ def test_every_output_flag_follows_the_one_release_rule():
     """dvc.yaml's `cache: false` / `push: false` are derived from ``paths.release_rule``, output by output: the
     private root is never cached; what is computed on the records without noise (prepared records and their
     label counts, real-data rows, the W2-vs-noise sweep, privatized records' clear labels) is never pushed; the
-    report's folders only when every dataset is declared public (data.public)."""
+    report's folders only when every dataset is declared public (data.public): listing some of them is not
+    enough."""
     from dpsynth.paths import release_rule
 
     raw = shipped()
     raw["sweeps"]["n_half_circle"]["grid"]["n"] = [500, 1000]
     raw["pipeline"]["sweeps"].append("n_half_circle")
-    for public in ([], list(raw["datasets"])):
+    for public in ([], list(raw["datasets"])[:1], list(raw["datasets"])[1:], list(raw["datasets"])):
         raw["data"]["public"] = public
         params = parse_params(raw)
+        all_public = set(raw["datasets"]) <= set(public)
+        assert params.all_datasets_public() is all_public
         seen: dict[str, dict] = {}
         for stage in dvc_stages(params)["stages"].values():
             body = stage.get("do", stage)
             for kind in ("outs", "metrics", "plots"):
                 for out in body.get(kind, []):
                     path, flags = next(iter(out.items())) if isinstance(out, dict) else (out, {})
-                    rule = release_rule(path, all_datasets_public=bool(public))
+                    rule = release_rule(path, all_datasets_public=all_public)
                     cached, pushed = flags.get("cache", True), flags.get("push", True) and flags.get("cache", True)
                     assert (cached or not rule.cache or path == "results/settings") and cached <= rule.cache, path
                     assert pushed == rule.push or path == "results/settings", path  # (rewritten by every job)
@@ -144,11 +147,61 @@ def test_every_output_flag_follows_the_one_release_rule():
                  "data/privatized/n_half_circle-n${item.n}.npz"]
         assert all(seen[o] == {"push": False} for o in never), {o: seen[o] for o in never}
         assert all(seen[o] == {"cache": False} for o in seen if o.startswith("private/"))
-        assert seen["results/tables"] == seen["results/figures"] == ({} if public else {"push": False})
+        assert seen["results/tables"] == seen["results/figures"] == ({} if all_public else {"push": False})
         assert seen["models/${key}/generator.pt"] == seen["results/runs/${key}/metrics.json"] == {}
         assert seen["data/privatized/${key}.json"] == {}  # the local privacy report is released
     with pytest.raises(ConfigError, match="data.public"):
         parse_params({**raw, "data": {**raw["data"], "public": ["mnistt"]}})
+
+
+def test_a_dvc_yaml_whose_push_flags_params_yaml_no_longer_allows_stops_both_runners(tmp_path: Path):
+    """dvc.yaml generated while every dataset was public (the report's folders pushable), then `data.public`
+    edited to list one of the two without regenerating it: `dvc repro` stops at its first stage and Snakemake
+    before any job, each with one line naming the file and the fix; nothing is made, so `dvc push` sends nothing.
+    Regenerated, both run. Flags stricter than params.yaml's release nothing and are not refused."""
+    import subprocess
+
+    from dpsynth.workflow.dvc import stale_release_flags
+    from tests.conftest import clear_pipeline, venv_bin
+    from tests.pipelines import copy_workflow, env, run
+
+    def patch(p: dict) -> None:
+        p.update(scale="smoke", datasets=["digits28", "manifold2d_half_circle"], privacy_noise="reproducible")
+        p["data"]["public"] = ["digits28", "manifold2d_half_circle"]
+        clear_pipeline(p)
+        p["evaluation"].update(real_datasets=["digits28"], classifiers=["logreg"], fid_download=False)
+
+    d = copy_workflow(tmp_path / "w", patch)
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["data"]["public"] = ["digits28"]  # one of the two: the tables quote the other's real records
+    (d / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == [
+        f"results/{f} (quotes real-data rows of a dataset not declared public (data.public))"
+        for f in ("tables", "figures")]
+
+    def refused(*cmd: str) -> str:
+        res = subprocess.run(list(cmd), cwd=d, capture_output=True, text=True, timeout=300, env=env())
+        out = res.stdout + res.stderr
+        assert res.returncode != 0, out[-3000:]
+        lines = [ln for ln in out.splitlines() if "push flags are stale" in ln]
+        assert len(lines) == 1 and "dvc.yaml" in lines[0] and "run `dpsynth workflow dvc`" in lines[0], out[-3000:]
+        return out
+
+    refused(venv_bin("dvc"), "repro")
+    refused(venv_bin("snakemake"), "--cores", "1")
+    assert not (d / "data" / "processed").exists() and not (d / "results" / "tables").exists()  # nothing made
+    run([venv_bin("dvc"), "remote", "add", "-d", "store", str(tmp_path / "remote")], d)
+    run([venv_bin("dvc"), "push"], d)
+    assert not any(f.is_file() for f in (tmp_path / "remote").rglob("*"))
+    # regenerated: the tables are `push: false`, and both runners go on (the settings stage runs, Snakemake plans)
+    run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], d)
+    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == []
+    run([venv_bin("dvc"), "repro", "settings"], d)
+    run([venv_bin("snakemake"), "-n"], d)
+    # stricter than params.yaml (every dataset public again, dvc.yaml not regenerated): nothing can leak, so no
+    # refusal -- `dpsynth workflow dvc --check` reports the difference
+    raw["data"]["public"] = ["digits28", "manifold2d_half_circle"]
+    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == []
 
 
 def test_dvc_push_sends_nothing_computed_on_the_training_records_without_noise(tmp_path: Path):

@@ -428,6 +428,43 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):
         assert "pm_fmnist_quick-p1.0-m1" in table
 
 
+def test_no_file_an_all_private_smoke_run_may_push_holds_a_statistic_of_the_training_records(smoke_pipelines):
+    """The smoke pipeline declares no dataset public (``data.public: []``): every metrics.json DVC may push, and
+    every other JSON file it may push (privacy reports, training summaries), holds no statistic of the training
+    records -- GS-WGAN's IS and training-split FID are kept under the private root, labelled, and its table says
+    so; the real-data row, computed on the records, stays here; no file holds the IS network's key."""
+    import json
+
+    from dpsynth.paths import OUTSIDE_GUARANTEE, gswgan_train_file, release_rule
+    from dpsynth.report.tables.gswgan import KEPT_PRIVATE
+    from tests.conftest import train_split_statistics
+
+    for d in (smoke_pipelines.snakemake, smoke_pipelines.dvc):
+        assert yaml.safe_load((d / "params.yaml").read_text())["data"]["public"] == []
+        metrics = {f.relative_to(d).as_posix(): json.loads(f.read_text())
+                   for f in (d / "results").rglob("metrics.json")}
+        assert {"results/runs/gswgan_fmnist/metrics.json", "results/runs/dps_fmnist/metrics.json",
+                "results/real/fashion_mnist/metrics.json"} <= set(metrics)
+        pushed = {rel: m for rel, m in metrics.items() if release_rule(rel).push}
+        assert set(metrics) - set(pushed) == {"results/real/fashion_mnist/metrics.json"}  # the real-data row
+        for f in d.rglob("*.json"):
+            rel = f.relative_to(d).as_posix()
+            if release_rule(rel).push and not rel.startswith((".", "src/", "results/settings/")):
+                pushed[rel] = json.loads(f.read_text())
+        assert any(rel.startswith("models/") for rel in pushed), sorted(pushed)
+        for rel, m in pushed.items():
+            assert train_split_statistics(m) == [], (d.name, rel, train_split_statistics(m))
+        gs = metrics["results/runs/gswgan_fmnist/metrics.json"]["protocols"]["gs_wgan"]
+        where = str(gswgan_train_file("private", "gswgan_fmnist"))
+        assert gs["is"]["private"] == gs["fid_train"]["private"] == where
+        kept = json.loads((d / where).read_text())
+        assert kept["privacy"] == OUTSIDE_GUARANTEE and kept["gswgan_train"]["is"]["available"] is True
+        real = metrics["results/real/fashion_mnist/metrics.json"]["protocols"]["gs_wgan"]
+        assert real["is"]["available"] is True and "key" not in real["is"]["classifier"]
+        table = (d / "results/tables/gswgan_t1_fmnist.md").read_text()
+        assert KEPT_PRIVATE in table and f"kept under the private root ({where})" in table
+
+
 def _module_file(name: str) -> Path | None:
     p = REPO / "src" / Path(*name.split("."))
     return p / "__init__.py" if (p / "__init__.py").is_file() else p.with_suffix(".py") if p.with_suffix(

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
-           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_samples", "w2_noise_runs_dir",
-           "warmstart_dir", "private_run_dir", "w2_train_file", "fid_reference_dir", "is_classifier_dir"]
+           "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_samples",
+           "w2_noise_runs_dir", "warmstart_dir", "private_run_dir", "w2_train_file", "gswgan_train_file",
+           "fid_reference_dir", "is_classifier_dir", "PUBLIC_TRAINING_SPLIT"]
 
 RUNS = "runs"
 REAL = "real"
@@ -32,6 +33,10 @@ IS_CLASSIFIER = "is_classifier"
 PRIVATE = "private"
 #: The label every statistic of the private records computed without noise carries wherever it is shown.
 OUTSIDE_GUARANTEE = "computed on the private records without noise: outside the privacy guarantee"
+#: The label a statistic of a dataset's TRAINING records carries in a released file: only a dataset that
+#: ``data.public`` declares public (a benchmark whose records anyone can download) may have one there.
+PUBLIC_TRAINING_SPLIT = ("computed on the training records without noise, released only because data.public "
+                         "declares this dataset public: outside the privacy guarantee")
 
 #: Outputs computed on the real records WITHOUT noise (the prepared records and their label counts and raw
 #: hashes, the real-data rows, the W2-vs-noise sweep of seeded, non-private noise): kept on this machine,
@@ -126,6 +131,14 @@ def w2_train_file(private: str | Path, experiment: str) -> Path:
     "train" curve): a statistic of the private records without noise, so under the PRIVATE root, beside the
     run's checkpoint, and in no released file (``release_rule``)."""
     return private_run_dir(private, experiment) / "w2_train.json"
+
+
+def gswgan_train_file(private: str | Path, experiment: str) -> Path:
+    """GS-WGAN's protocol computed on a run's real TRAINING split (its classifier IS, whose network is trained
+    on those records, and the FID, KID and FID-infinity against them) for a dataset ``data.public`` does not
+    declare public: statistics of the private records without noise, so under the PRIVATE root, beside the
+    run's checkpoint, and in no released file (the run's metrics.json names this path instead)."""
+    return private_run_dir(private, experiment) / "gswgan_train.json"
 
 
 def w2_noise_runs_dir(private: str | Path, dataset: str) -> Path:

@@ -12,6 +12,7 @@ from dpsynth.config.run import check_sweep_at_scale
 from dpsynth.data.registry import DATASETS
 from dpsynth.errors import DpsynthError
 from dpsynth.fingerprint import fingerprint
+from dpsynth.workflow.dvc import refuse_stale_release_flags
 from dpsynth.workflow.settings import settings_path
 
 # Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
@@ -40,6 +41,10 @@ GPUS = _gpus_switch(config.pop("gpus", True))
 
 # `config` is params.yaml plus any --config overrides; validate it exactly as the CLI does.
 PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
+# A dvc.yaml beside it whose push flags would send what these parameters keep here (a dataset added to
+# `datasets`, or dropped from `data.public`, without regenerating it): refused before any job, as DVC's
+# `settings` stage refuses, so a later `dvc commit` + `dvc push` of this run cannot send it.
+refuse_stale_release_flags(PARAMS, Path("dvc.yaml"), "params.yaml (as seen by Snakemake)")
 EXPERIMENTS = PARAMS.all_experiments()
 # pipeline.experiments + every cell of pipeline.sweeps, and the runs of the targets pipeline.tables lists
 # (editing a sweep's lists edits this).

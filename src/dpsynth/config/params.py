@@ -29,7 +29,9 @@ class DataSettings(Strict):
     public: list[Name] = Field(default_factory=list, description="datasets whose records are public (the benchmarks: "
                                "mnist, fashion_mnist, ...); default none. Only when every dataset in `datasets` is "
                                "listed may `dvc push` send the report's tables and figures, which quote the real-data "
-                               "rows and clean test records (a curator's own dataset: never listed)")
+                               "rows and clean test records (a curator's own dataset: never listed); and only a listed "
+                               "dataset's run may release a statistic of its training records in metrics.json "
+                               "(GS-WGAN's own protocol: its IS and its FID against the training split)")
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,11 @@ class Params(Strict):
         """Whether every dataset the pipeline prepares is declared public (``data.public``): then, and only
         then, the report's folders may be pushed (``paths.release_rule``)."""
         return set(self.datasets) <= set(self.data.public)
+
+    def is_public(self, dataset: str) -> bool:
+        """Whether ``data.public`` declares ``dataset``'s records public: only then may a released file (a run's
+        metrics.json) hold a statistic of its training records, labelled ``paths.PUBLIC_TRAINING_SPLIT``."""
+        return dataset in self.data.public
 
     def _unknown_experiment(self, name: str) -> str:
         """``unknown experiment 'x'; did you mean 'y'?`` (the closest named experiment, if any)."""

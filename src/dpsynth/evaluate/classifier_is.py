@@ -128,10 +128,11 @@ class ISClassifierCache:
             fitted = fit_classifier(KIND, self.x, self.y, num_classes=self.real.num_classes, seed=self.seed,
                                     max_epochs=self.max_epochs, device=self.device)
             self.store(fitted)
+        # (no part of ``key`` in the record: a hash of the training subset would confirm a guess of those records)
         return fitted, {"kind": KIND, "trained_on": "real training split", "n_train": fitted.n_train,
                         "n_holdout": fitted.n_holdout, "max_epochs": self.max_epochs, "epochs_run": fitted.epochs_run,
                         "holdout_accuracy": fitted.holdout_accuracy, "seed": self.seed, "cached": cached,
-                        "key": self.key[:20], "device": fitted.device, "seconds": round(time.perf_counter() - t0, 2)}
+                        "device": fitted.device, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def classifier_is(image_sets: list[np.ndarray], cache: ISClassifierCache, *, n_images: int | None,

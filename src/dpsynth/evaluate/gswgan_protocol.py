@@ -13,7 +13,10 @@ Its columns and where each is computed:
 - **Calibrated Acc**: needs the real-data row, so the report computes it from both records
   (``record.calibrated_accuracy``).
 
-The record goes into ``metrics.json`` under ``protocols.gs_wgan`` (``record.MetricsRecord``).
+The record goes into ``metrics.json`` under ``protocols.gs_wgan`` (``record.MetricsRecord``). IS and FID are
+statistics of the real TRAINING records without noise (the IS network is fitted on them, FID compares with
+them), so a run's metrics.json holds them only where ``data.public`` declares the dataset public, labelled
+``paths.PUBLIC_TRAINING_SPLIT``; otherwise they stay under the private root (``release_training_split``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ from dpsynth.data.dataset import Dataset, subset_indices
 from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is
 from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy
 from dpsynth.evaluate.zoo import MLP, zoo_scores
+from dpsynth.paths import OUTSIDE_GUARANTEE, PUBLIC_TRAINING_SPLIT
+
+#: The parts of the record computed on the real TRAINING split: the classifier IS (its network is trained on
+#: those records; its record carries that network's hold-out accuracy on them) and FID, KID and FID-infinity
+#: against them. Everything else is computed on synthetic data and scored on the held-out test split.
+TRAINING_SPLIT_KEYS = ("is", "fid_train")
 
 SOURCE = ("GS-WGAN (Chen, Orekondy, Fritz, NeurIPS 2020, arXiv:2006.08265) Table 1, as the authors' "
           "evaluation/ scripts compute it (DingfanChen/GS-WGAN)")
@@ -76,16 +85,17 @@ class GsWganSettings:
 
 def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list[np.ndarray], real: Dataset,
                   settings: GsWganSettings, *, cnn: dict[str, Any] | None, fid_train: dict[str, Any] | None,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, show_scores: bool = True) -> dict[str, Any]:
     """The ``protocols.gs_wgan`` record of one run (or real row): the zoo trained on ``train_sets``, the
     IS of ``is_sets``, the training-split FID computed by ``fid_scores`` (``fid_train``; None: not
     available), and the per-set accuracies of every model with the CNN's (``cnn``: the project's
-    ``classifiers["cnn"]`` record) and their average."""
+    ``classifiers["cnn"]`` record) and their average. ``show_scores`` False: the zoo's progress lines leave
+    its accuracies out (a real-data row's, which no released file holds: job logs are not private)."""
     t0 = time.perf_counter()
     idx = subset_indices(len(real.x_test), settings.test_subset, seed)  # classifier_scores' draw
     scored_on = real if idx is None else replace(real, x_test=real.x_test[idx], y_test=real.y_test[idx])
     zoo = zoo_scores(train_sets, scored_on, n_train=settings.zoo_train_subset, seed=seed, threads=settings.threads,
-                     max_iter=settings.zoo_max_iter)
+                     max_iter=settings.zoo_max_iter, show_scores=show_scores)
     t1 = time.perf_counter()
     inception = classifier_is(is_sets, settings.is_cache, n_images=settings.is_samples, seed=seed)
     t2 = time.perf_counter()
@@ -107,3 +117,25 @@ def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list
         "seconds": {"zoo": round(t1 - t0, 2), "is": round(t2 - t1, 2),
                     "is_classifier": inception["classifier"]["seconds"]},
     }
+
+
+def release_training_split(record: dict[str, Any], *, public: bool, dataset: str,
+                           private_path: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Split a run's ``protocols.gs_wgan`` record into what its released metrics.json may hold and what stays
+    under the private root (None: nothing).
+
+    ``public`` (``Params.is_public``: ``data.public`` lists ``dataset``): the training-split parts
+    (``TRAINING_SPLIT_KEYS``) stay in the record, each labelled ``PUBLIC_TRAINING_SPLIT`` -- GS-WGAN's Table 1
+    on a public benchmark. Otherwise they are replaced by "not available" records naming ``private_path``, where
+    the stage writes them (labelled outside the guarantee), and the table says so: no released file then holds
+    a statistic of the dataset's training records."""
+    if public:
+        return {**record, **{k: {**record[k], "privacy": PUBLIC_TRAINING_SPLIT} for k in TRAINING_SPLIT_KEYS}}, None
+    what = {"is": "the classifier IS (its network is trained on the real training split)",
+            "fid_train": "FID, KID and FID-infinity against the real training split"}
+    released = {k: {"available": False, "private": private_path,
+                    "reason": f"{what[k]}: computed on {dataset}'s training records without noise, and data.public "
+                              f"does not declare {dataset} public, so it is kept under the private root "
+                              f"({private_path}), in no released file"} for k in TRAINING_SPLIT_KEYS}
+    kept = {"dataset": dataset, "privacy": OUTSIDE_GUARANTEE, **{k: record[k] for k in TRAINING_SPLIT_KEYS}}
+    return {**record, **released}, kept

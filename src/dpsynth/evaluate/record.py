@@ -297,15 +297,23 @@ class MetricsRecord:
                                           f"got {type(priv).__name__} {priv!r}")
         protocols = d.get("protocols")
         if protocols is not None:
-            _check_protocols(protocols)
+            _check_protocols(protocols, real=real)
         optional = (*SYNTHETIC_KEYS, "preset", "versions", "protocols")
         return cls(**{k: d[k] for k in REQUIRED_KEYS}, **{k: d.get(k) for k in optional},
                    extra={k: v for k, v in d.items() if k not in REQUIRED_KEYS and k not in optional})
 
 
-def _check_protocols(protocols: Any) -> None:
+def _check_protocols(protocols: Any, *, real: bool = False) -> None:
     """A ``protocols`` mapping a table would misprint is refused by key: GS-WGAN's needs numeric IS and
-    training-split FID where available, and per-set accuracies of the same models in every set."""
+    training-split FID where available, and per-set accuracies of the same models in every set.
+
+    And one a run must not release: its IS and training-split FID are statistics of the training records
+    without noise, so a run's record (not a real-data row's, which is never pushed) holds them only labelled
+    ``paths.PUBLIC_TRAINING_SPLIT`` (a dataset ``data.public`` declares public:
+    ``gswgan_protocol.release_training_split``); and no record holds the IS network's key, a hash of its
+    training records."""
+    from dpsynth.paths import PUBLIC_TRAINING_SPLIT
+
     if not isinstance(protocols, dict):
         raise MetricsError("protocols", f"must be a mapping of protocol -> record, got {type(protocols).__name__}")
     gs = protocols.get(GS_WGAN)
@@ -323,6 +331,15 @@ def _check_protocols(protocols: Any) -> None:
                                f"says available but has no numeric 'mean'/'std': {sub!r}")
         if sub["available"]:
             _check_summary(f"protocols.{GS_WGAN}.{key}", sub, NON_NEGATIVE)
+        if sub["available"] and not real and sub.get("privacy") != PUBLIC_TRAINING_SPLIT:
+            raise MetricsError(f"protocols.{GS_WGAN}.{key}", "is computed on the training records without noise and "
+                               "is not labelled as a public dataset's (data.public): re-run `dpsynth evaluate`, which "
+                               "keeps it under the private root (private/runs/<run>/gswgan_train.json)")
+    classifier = gs["is"].get("classifier")
+    if isinstance(classifier, dict) and "key" in classifier:
+        raise MetricsError(f"protocols.{GS_WGAN}.is.classifier.key", "is a hash of the IS network's training "
+                           "records (it would confirm a guess of them): never in a metrics.json; re-run `dpsynth "
+                           "evaluate`")
     acc = gs.get("accuracy")
     per_set = acc.get("per_set") if isinstance(acc, dict) else None
     if not isinstance(per_set, list) or not per_set or not all(

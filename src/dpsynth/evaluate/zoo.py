@@ -196,10 +196,11 @@ def score_model(model: Any, x_test: np.ndarray, y_test: np.ndarray, *, threads: 
 
 def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *, n_train: int | None,
                seed: int = 0, threads: int = 1, models: list[str] | None = None,
-               max_iter: int | None = None) -> dict[str, Any]:
+               max_iter: int | None = None, show_scores: bool = True) -> dict[str, Any]:
     """Every available zoo model trained on each set (its first ``n_train`` records as
     ``subset_indices`` draws them with seed + k, the draw every classifier of the project makes) and
-    scored on the real test split; ``max_iter``: see ``fit_model``.
+    scored on the real test split; ``max_iter``: see ``fit_model``. ``show_scores`` False: the progress
+    lines name each model but not its accuracy (sets of real records: job logs are not private).
 
     Returns {"models": {name: {"mean", "std", "n", "values", "runs"}}, "per_set": [{name: accuracy}],
     "n_train", "left_out": {name: why}, "deviations": {name: what}, "seconds"}."""
@@ -225,7 +226,7 @@ def zoo_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], real: Dataset, *
                 acc = score_model(model, real.x_test, real.y_test, threads=threads)
                 runs[name].append({"accuracy": acc, "n_train": len(xs), "seed": seed + k, **info})
                 bar.update()
-                bar.set(model=name, accuracy=acc)
+                bar.set(model=name, **({"accuracy": acc} if show_scores else {}))
     return {
         "models": {n: {**mean_std([r["accuracy"] for r in runs[n]]), "label": ZOO[n].label,
                        "settings": ZOO[n].settings, "runs": runs[n]} for n in names},

@@ -34,7 +34,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
     from dpsynth.evaluate.metrics import classifier_scores, environment, evaluate_synthetic, real_data_fid
     from dpsynth.evaluate.record import GS_WGAN, REAL_DATA, MetricsRecord
     from dpsynth.io import read_json
-    from dpsynth.paths import fid_reference_dir, metrics_file, real_metrics_file
+    from dpsynth.paths import fid_reference_dir, gswgan_train_file, metrics_file, real_metrics_file, w2_train_file
 
     prepare_cpu(params)
     ev, preset = params.evaluation, params.preset
@@ -47,10 +47,11 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         gswgan = _gswgan_settings(params, data, private_out, dev) if GS_WGAN in protocols and data.is_image else None
         # the real row's CNN is the very fit GS-WGAN's classifier IS uses: kept rather than trained twice
         keep = (lambda f: gswgan.is_cache.store(f) if f.kind == "cnn" else None) if gswgan else None
+        # (show_scores=False: the real-data row's numbers are in no released file, so not in the job's log either)
         classifiers = classifier_scores(train_sets, data, kinds=ev.classifiers, max_epochs=preset.classifier_max_epochs,
                                         train_subset=preset.classifier_train_subset, on_fitted=keep,
                                         sources=[processed / f"{real}.npz"], test_subset=preset.classifier_test_subset,
-                                        device=dev)
+                                        device=dev, show_scores=False)
         fid = real_data_fid(data, n_samples=preset.fid_samples, weights=ev.fid_weights, allow_download=ev.fid_download,
                             timeout=ev.fid_download_timeout, cache_dir=fid_cache,
                             n_reference=fid_reference(preset, data), train_fid=gswgan.train_fid if gswgan else None,
@@ -61,7 +62,7 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
 
             # the paper's Real row: the zoo trained on real training images, IS of the real test images
             extra = {GS_WGAN: gswgan_scores(train_sets, [data.x_test], data, gswgan, cnn=classifiers.get("cnn"),
-                                            fid_train=fid.pop("train_split", None))}
+                                            fid_train=fid.pop("train_split", None), show_scores=False)}
         record = MetricsRecord(
             experiment=f"real_{real}", dataset=real, method=REAL_DATA, classifiers=classifiers, fid=fid,
             privacy=None, scale=params.scale, preset=preset.model_dump(mode="json"), versions=environment(),
@@ -93,21 +94,45 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                     else None, device=dev, train_records=train_records)
         w2_train = (scores.get("w2") or {}).pop("train", None)
         if w2_train is not None:
-            _write_w2_train(private_out, experiment, w2_train)
+            _write_private(w2_train_file(private_out, experiment), experiment, "w2_train", w2_train,
+                           "W2 to its own clean training records")
+        gs = (scores.get("protocols") or {}).get(GS_WGAN)
+        if gs is not None:
+            from dpsynth.evaluate.gswgan_protocol import release_training_split
+
+            # GS-WGAN's IS and training-split FID: released (labelled) only for a dataset declared public
+            where = gswgan_train_file(private_out, experiment)
+            scores["protocols"][GS_WGAN], kept = release_training_split(
+                gs, public=params.is_public(exp.dataset), dataset=exp.dataset, private_path=str(where))
+            if kept is not None:
+                _write_private(where, experiment, "gswgan_train", kept,
+                               "GS-WGAN's IS and FID against the training split")
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
                                preset=preset.model_dump(mode="json"), versions=environment())
         out = metrics_file(results, experiment)
     record.write(out)
-    if real:
-        from dpsynth.paths import OUTSIDE_GUARANTEE
+    _say(record, out)
+    return 0
 
-        print(f"{record.experiment}: the real-data row is {OUTSIDE_GUARANTEE} (never pushed)")
+
+def _say(record: Any, out: Path) -> None:
+    """The job's log lines: the scores its metrics.json releases, and nothing the release rule keeps on this
+    machine (``paths.release_rule``: job logs are not private). A real-data row's numbers are in no released
+    file (``results/real`` is never pushed), so its log names the file only; a run's GS-WGAN IS and FID against
+    the training split are printed only when its record releases them (a dataset declared public)."""
+    from dpsynth.evaluate.record import GS_WGAN
+    from dpsynth.paths import OUTSIDE_GUARANTEE
+
+    if record.is_real_data:
+        print(f"{record.experiment}: the real-data row is {OUTSIDE_GUARANTEE} (never pushed; its scores are not "
+              f"printed: job logs are not private) -> {out}", flush=True)
+        return
     for kind, rec in record.classifiers.items():
         print(f"{record.experiment}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
     if record.w2:
-        print(f"{record.experiment}: W2 to clean data {record.w2['mean']:.4f} +- {record.w2['std']:.4f}")
+        print(f"{record.experiment}: W2 to clean held-out data {record.w2['mean']:.4f} +- {record.w2['std']:.4f}")
     fid = record.fid
     print(f"{record.experiment}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
                                           f"unavailable ({fid['reason']})"))
@@ -118,27 +143,28 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
                                                      f"unavailable ({sub.get('reason')})"))
     gs = (record.protocols or {}).get(GS_WGAN)
     if gs is not None:
-        ft = gs["fid_train"]
-        print(f"{record.experiment}: GS-WGAN protocol: IS {gs['is']['mean']:.2f}, FID vs the training split "
-              + (f"{ft['mean']:.2f}" if ft["available"] else f"unavailable ({ft.get('reason')})")
-              + f", Avg Acc {gs['accuracy']['avg']['mean']:.3f} over {len(gs['accuracy']['models'])} models; "
-              + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
+        is_, ft = gs["is"], gs["fid_train"]
+        if "private" in is_:
+            train_part = f"IS and FID vs the training split kept under {is_['private']} (dataset not declared public)"
+        else:
+            train_part = (f"IS {is_['mean']:.2f}, FID vs the training split "
+                          + (f"{ft['mean']:.2f}" if ft["available"] else f"unavailable ({ft.get('reason')})"))
+        print(f"{record.experiment}: GS-WGAN protocol: {train_part}, Avg Acc {gs['accuracy']['avg']['mean']:.3f} over "
+              f"{len(gs['accuracy']['models'])} models; " + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
     print(f"{record.experiment}: scores -> {out} (the report reads them)", flush=True)
-    return 0
 
 
-def _write_w2_train(private_out: str, experiment: str, w2_train: dict[str, Any]) -> Path:
-    """Write the W2 to the run's own clean training records under the private root, labelled: it is a statistic
-    of the private records without noise, outside the guarantee (``paths.release_rule`` keeps it off every
-    remote), so it never enters a released file; the report's Fig. 11 names this path instead."""
+def _write_private(out: Path, experiment: str, key: str, value: dict[str, Any], what: str) -> Path:
+    """Write a statistic of the run's training records without noise under the private root, labelled outside
+    the guarantee (``paths.release_rule`` keeps it off every remote), so it never enters a released file: the W2 to
+    a Fig. 11 cell's own clean training records, GS-WGAN's IS and training-split FID of a dataset not declared
+    public. The report names this path instead. The value is not printed: job logs are not private."""
     from dpsynth.io import write_json
-    from dpsynth.paths import OUTSIDE_GUARANTEE, w2_train_file
+    from dpsynth.paths import OUTSIDE_GUARANTEE
 
-    out = w2_train_file(private_out, experiment)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, {"experiment": experiment, "w2_train": w2_train, "privacy": OUTSIDE_GUARANTEE})
-    # (the value is not printed: job logs are not private)
-    print(f"{experiment}: W2 to its own clean training records ({OUTSIDE_GUARANTEE}) -> {out}")
+    write_json(out, {"experiment": experiment, key: value, "privacy": OUTSIDE_GUARANTEE})
+    print(f"{experiment}: {what} ({OUTSIDE_GUARANTEE}) -> {out}")
     return out
 
 

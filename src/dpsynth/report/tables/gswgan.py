@@ -5,13 +5,16 @@ notes that say how ours were computed and where they differ from the authors' sc
 
 Accuracies are printed as fractions, as the paper prints them; Calibrated Acc in percent. Calibrated
 Acc is the one cell made here: it needs the table's real-data row as well as the run
-(``record.calibrated_accuracy``)."""
+(``record.calibrated_accuracy``). IS and FID (with KID and FID-infinity) are computed on the real training
+split: a run's record holds them only for a dataset declared public (``data.public``), labelled so, and the
+notes say it; otherwise its cells read ``KEPT_PRIVATE`` and the notes name where they are kept."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dpsynth.evaluate.record import GS_WGAN, GSWGAN_CNN, calibrated_accuracy
+from dpsynth.evaluate.record import GS_WGAN, GSWGAN_CNN, REAL_DATA, calibrated_accuracy
+from dpsynth.paths import PUBLIC_TRAINING_SPLIT
 from dpsynth.report.runs import (
     NOT_EVALUATED,
     NOT_RUN,
@@ -21,6 +24,9 @@ from dpsynth.report.runs import (
     fmt_summary,
     small_n_cell,
 )
+
+#: The cell of a training-split statistic a run's record does not release (its dataset is not declared public).
+KEPT_PRIVATE = "kept private (not declared public)"
 
 #: Column id (published.yaml's) -> label. "fid" is against the real TRAINING split here.
 GSWGAN_METRICS = {"is": "IS", "fid": "FID", "mlp": "MLP Acc", "cnn": "CNN Acc", "avg": "Avg Acc",
@@ -43,10 +49,14 @@ def gswgan_cell(run: Run | None, real: Run | None, metric: str) -> str:
         return NOT_EVALUATED
     if metric in SMALL_N_METRICS:  # KID / FID-infinity against the training split, beside its FID
         ft = rec["fid_train"]
+        if "private" in ft:
+            return KEPT_PRIVATE
         return small_n_cell(ft, metric, f"{run.path}: protocols.gs_wgan.fid_train") if ft.get("available") \
             else UNAVAILABLE
     if metric in ("is", "fid"):
         sub = rec["is" if metric == "is" else "fid_train"]
+        if "private" in sub:
+            return KEPT_PRIVATE
         return fmt_summary([sub], digits=2) if sub.get("available") else UNAVAILABLE
     if metric == "mlp":
         sub = rec["zoo"]["models"].get(rec["accuracy"].get("mlp") or "mlp")
@@ -77,8 +87,23 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
     """How our cells were computed (sizes read from the records, not the configuration: a cell states
     what produced it), where the authors' scripts differ, and why a cell is unavailable."""
     runs = [run for _, run in rows_runs]
+    kept = [run for run in runs if "private" in ((protocol_record(run) or {}).get("is") or {})]
+    shown = [run for run in runs if run not in kept]
     notes = []
-    for (n_is, clf_n, epochs, hold), names in _group(runs, lambda run, rec: (
+    if kept:
+        where = ", ".join(str((protocol_record(run) or {})["is"]["private"]) for run in kept if run is not None)
+        notes.append(f"IS, FID, KID (×10³) and FID∞ ours of {', '.join(r.name for r in kept if r is not None)}: "
+                     f"{KEPT_PRIVATE} -- GS-WGAN's protocol computes them on the real training split (the IS "
+                     "network is trained on it, FID compares with it), without noise; data.public does not declare "
+                     f"{dataset or 'this dataset'} public, so they are kept under the private root ({where}), "
+                     "outside the privacy guarantee, and no released file holds them")
+    public_runs = [run.name for run in shown if run is not None and run.metrics.get("method") != REAL_DATA
+                   and (protocol_record(run) or {}).get("is", {}).get("privacy") == PUBLIC_TRAINING_SPLIT]
+    if public_runs:
+        notes.append(f"IS, FID, KID (×10³) and FID∞ ours of {', '.join(public_runs)}: computed on the real "
+                     f"training split of {dataset or 'this dataset'} without noise, shown because data.public "
+                     "declares it public (a public benchmark, as in GS-WGAN's Table 1): outside the privacy guarantee")
+    for (n_is, clf_n, epochs, hold), names in _group(shown, lambda run, rec: (
             rec["is"].get("n_images"), rec["is"].get("classifier", {}).get("n_train"),
             rec["is"].get("classifier", {}).get("max_epochs"),
             rec["is"].get("classifier", {}).get("holdout_accuracy"))).items():
@@ -89,7 +114,7 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
                      f"training split: the project's CNN (the Real data row's own fit: {clf_n} images, at most "
                      f"{epochs} epochs{hold_txt}), not the authors' VGG11 (SGD, crops and flips, 50 epochs); "
                      "a confident generator of 10 balanced classes scores 10, one repeated image 1")
-    for (n_gen, n_ref), names in _group(runs, lambda run, rec: (
+    for (n_gen, n_ref), names in _group(shown, lambda run, rec: (
             rec["fid_train"].get("n_generated"), rec["fid_train"].get("n_reference"))).items():
         if n_gen is not None:
             notes.append(f"FID ours ({', '.join(names)}): {n_gen} generated images (the Real data row: real test "
@@ -132,7 +157,7 @@ def gswgan_notes(rows_runs: list[tuple[str, Run | None]], real: Run | None, data
                      "MNIST: 0.34 / 0.88 is at most 39.4 % for any unrounded values; printed 40 %)")
     for label, run in rows_runs:
         rec = protocol_record(run)
-        if run is not None and rec is not None and not rec["fid_train"].get("available"):
+        if run is not None and rec is not None and not rec["fid_train"].get("available") and run not in kept:
             notes.append(f"FID unavailable for {label} ({run.name}): {rec['fid_train'].get('reason')}")
         elif run is not None and rec is None:
             notes.append(f"{label} ({run.name}): not evaluated with GS-WGAN's protocol (re-run `dpsynth evaluate` "

@@ -333,7 +333,7 @@ def test_dvc_commit_records_a_snakemake_run(repos, tmp_path):
     assert "Data and pipelines are up to date" in dvc(d, "repro")
 
     # Then DVC re-runs a job Snakemake ran (an edit the report alone reads): Snakemake's records hold the
-    # old parameters until `snakemake --touch` (README, "Moving between Snakemake and DVC"), then both are clean.
+    # old parameters until `snakemake --touch` (docs/dvc-and-snakemake.md, "Moving between the two tools"), then both are clean.
     edit_params(moved, lambda p: p["experiments"][EXP].__setitem__("description", "edited"))
     assert "Running stage 'report'" in dvc(moved, "repro")
     assert_clean(moved)

@@ -1,14 +1,17 @@
-"""The README's and docs' numbers that the code can give, held to the code (issues 46 and 59): the job count of
-`make run`, how many of those are submitted with a GPU, the runs of the pipeline, the methods an experiment may
-name, the privacy mutations, the test functions, the params.yaml keys `dvc exp show` lists; plus what a
-newcomer relies on: every relative link resolves, the layout names every module, the sweep-cell names shown
-exist, the papers' titles agree with CITATION.cff, and the README's first screen says what it must. Read from
-params.yaml, the method registry, the mutation script's own list and the sources -- no pipeline runs
-(tests/test_workflow_sync.py keeps `pipeline_jobs` equal to Snakemake's DAG)."""
+"""The README's and docs' numbers that the code can give, held to the code (issues 46, 59 and 62): the job count
+of `make run`, how many of those are submitted with a GPU, the runs of the pipeline, the methods an experiment may
+name, the privacy mutations, the test functions, the params.yaml keys `dvc exp show` lists, the quick scale's step
+counts, the runs of the MNIST W2-vs-noise sweep, and the quick-scale accuracy ranges against the runs recorded in
+benchmarks/results/quick_runs.json; plus what a newcomer relies on: every relative link resolves, the layout names
+every module, the sweep-cell names shown exist, the papers' titles agree with CITATION.cff, and the README's first
+screen says what it must. Read from params.yaml, the method registry, the mutation script's own list, the run
+record and the sources -- no pipeline runs (tests/test_workflow_sync.py keeps `pipeline_jobs` equal to Snakemake's
+DAG)."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +22,8 @@ import yaml
 
 from dpsynth.config import load_params
 from dpsynth.config.methods import METHOD_SPECS
+from dpsynth.config.run import resolve_run
+from dpsynth.workflow.budget import planned_steps
 from dpsynth.workflow.settings import pipeline_jobs
 from tests.conftest import REPO
 
@@ -26,6 +31,11 @@ README = (REPO / "README.md").read_text()
 DOCS = {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
 PAGES = {"README.md": README, **DOCS}
 WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
+#: every quick-scale MNIST run whose accuracies were recorded (see its "about")
+QUICK_RUNS = REPO / "benchmarks" / "results" / "quick_runs.json"
+#: the rows of the README's and docs/methods.md's quick-scale tables, and the experiment each reports
+QUICK_ROWS = {"DP-Sinkhorn": "dps_mnist", "GS-WGAN": "gswgan_mnist", "DP-MERF": "merf_mnist"}
+COLUMN_NAMES = {"logreg": "LogReg", "mlp": "MLP", "cnn": "CNN"}
 
 
 def _number(s: str) -> int:
@@ -218,3 +228,115 @@ def test_the_first_screen_says_what_a_newcomer_needs() -> None:
         assert (REPO / "docs" / "results" / "reshetova-mnist" / name).is_file(), name
     for word in ("landing", "the issue's"):
         assert not [n for n, t in PAGES.items() if word in t and n != "docs/deviations.md"], word
+    # docs cite no note, log or person a reader does not have
+    for words in ("engineer", "session note", "the session that", "the session reported"):
+        assert not [n for n, t in PAGES.items() if words in re.sub(r"\s+", " ", t)], words
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
+
+
+def quick_cell(records: list[dict], columns: list[str]) -> str:
+    """A quick-scale table's cell for one row, from its recorded runs: for each set of columns the same runs
+    recorded, the range of each over those runs, with their count, dates and commits (a commit's run count in
+    brackets where it has several). The README and docs/methods.md print exactly this, so a run added to the
+    record changes what they must say."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for c in columns:
+        having = tuple(i for i, r in enumerate(records) if r["accuracy"].get(c) is not None)
+        if having:
+            groups.setdefault(having, []).append(c)
+    parts = []
+    for having, cols in groups.items():
+        rs = [records[i] for i in having]
+        values = " / ".join(_span(min(r["accuracy"][c][0] for r in rs), max(r["accuracy"][c][1] for r in rs))
+                            for c in cols)
+        named = "" if len(groups) == 1 else " / ".join(COLUMN_NAMES[c] for c in cols) + " "
+        n = sum(r["runs"] for r in rs)
+        dates = sorted(d for r in rs for d in r["dates"])
+        when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+        commits = ", ".join(r["commit"] + (f" ({r['runs']} runs)" if r["runs"] > 1 else "") for r in rs)
+        parts.append(f"{named}{values} ({n} run{'s' * (n > 1)}, {when}, commit{'s' * (len(rs) > 1)} {commits})")
+    return "; ".join(parts)
+
+
+def test_the_quick_ranges_are_the_recorded_runs() -> None:
+    """Each quick-scale accuracy the README and docs/methods.md state for DP-Sinkhorn, GS-WGAN and DP-MERF is the
+    range over every run benchmarks/results/quick_runs.json records, with their count, dates and commits; the
+    first screen's DP-Sinkhorn range and deviations row 8's GS-WGAN range are those runs' too. A run outside a
+    stated range (the one of 2026-11-28 was, for all three rows) fails here until the pages say it."""
+    book = json.loads(QUICK_RUNS.read_text())
+    columns = book["columns"]
+    by: dict[str, list[dict]] = {}
+    for r in book["runs"]:
+        assert r["runs"] >= 1 and re.fullmatch(r"[0-9a-f]{7}", r["commit"]), r
+        assert all(re.fullmatch(r"2\d{3}-\d\d-\d\d", d) for d in r["dates"]), r
+        assert all(v is None or v[0] <= v[1] for v in r["accuracy"].values()), r
+        by.setdefault(r["experiment"], []).append(r)
+    assert set(by) == set(QUICK_ROWS.values()), set(by)
+    for page in ("README.md", "docs/methods.md"):
+        rows = dict(re.findall(r"^\| (DP-Sinkhorn|GS-WGAN|DP-MERF) \| ([^|]+) \|", PAGES[page], re.M))
+        for method, experiment in QUICK_ROWS.items():
+            expected = quick_cell(by[experiment], columns)
+            assert rows.get(method, "").strip() == expected, f"{page}, row {method}: write {expected!r}"
+    dps = by["dps_mnist"]
+    lo = min(r["accuracy"][c][0] for r in dps for c in columns)
+    hi = max(r["accuracy"][c][1] for r in dps for c in columns)
+    n = sum(r["runs"] for r in dps)
+    first = re.sub(r"\s+", " ", "\n".join(README.splitlines()[:40]))
+    said = re.search(r"DP-Sinkhorn on MNIST scores ([\d.]+)-([\d.]+) % over (\w+) quick runs", first)
+    assert said and (float(said[1]), float(said[2]), _number(said[3])) == (lo, hi, n), (said, lo, hi, n)
+    gswgan = [r["accuracy"]["logreg"] for r in by["gswgan_mnist"] if r["accuracy"]["logreg"]]
+    row8 = _find(r"\| 8 \| GS-WGAN privacy accounting \|.*?LogReg ([\d.]+ to [\d.]+ % over \w+) runs",
+                 {"docs/deviations.md": DOCS["docs/deviations.md"]})
+    assert row8 and row8[0][1] == f"{min(v[0] for v in gswgan):.1f} to {max(v[1] for v in gswgan):.1f} % over " \
+        f"{'zero one two three four five six seven eight nine ten'.split()[len(gswgan)]}", row8
+
+
+def test_the_quick_step_counts_are_the_scales() -> None:
+    """The quick scale's steps, critics, warm-up, width and batch cap as the README, docs/methods.md and
+    deviations row 9 state them, and DP-CGAN's (the run `dpsynth train cgan_mnist` makes, whose collapse the
+    docs describe), are the ones params.yaml's quick scale gives each run."""
+    quick = load_params(REPO / "params.yaml", scale="quick")
+    preset = quick.scales["quick"]
+    dps = planned_steps(quick, "dps_mnist")
+    said = _find(r"\b([\d,]+) DP-Sinkhorn steps\b")
+    assert {p for p, _ in said} >= {"README.md", "docs/deviations.md"} and {_number(n) for _, n in said} == {dps}
+    assert _find(r"\| DP-Sinkhorn steps \(MNIST, epsilon 10\) \| ([\d,]+) ", {"m": DOCS["docs/methods.md"]}) == \
+        [("m", f"{dps:,}")]
+    gs = (preset.n_critics, preset.warmup_steps, planned_steps(quick, "gswgan_mnist"),
+          preset.hparams["gs_wgan"]["model_dim"])
+    table = re.search(r"\| GS-WGAN \| (\d+) critics, (\d+) warm-up steps, (\d+) generator steps, width (\d+) \|",
+                      DOCS["docs/methods.md"])
+    assert table and tuple(map(int, table.groups())) == gs, (table, gs)
+    row9 = re.search(r"GS-WGAN width (\d+) \(published 64\), (\d+) steps after a (\d+)-step warm-up with (\d+) critics"
+                     r"(?:.*?)batch ≤ (\d+)", DOCS["docs/deviations.md"])
+    assert row9 and tuple(map(int, row9.groups())) == (gs[3], gs[2], gs[1], gs[0], preset.max_batch_size), row9
+    cgan = (planned_steps(quick, "cgan_mnist"), resolve_run(quick, "cgan_mnist").experiment.hparams.batch_size)
+    said = _find(r"DP-CGAN[^.]*?\(([\d,]+) steps of batch (\d+)")
+    assert {p for p, _ in said} >= {"README.md", "docs/methods.md"}, said
+    stated = {(_number(m[1]), int(m[2])) for _, text in PAGES.items()
+              for m in re.finditer(r"\(([\d,]+) steps of batch (\d+)", re.sub(r"\s+", " ", text))}
+    assert stated == {cgan}, (stated, cgan)
+    # the first screen's sample grids: the steps behind them
+    first = re.sub(r"\s+", " ", "\n".join(README.splitlines()[:40]))
+    grids = re.search(r"DP-Sinkhorn's, after ([\d,]+) noisy steps, .*?grey blob per label.*?GS-WGAN's, after "
+                      r"([\d,]+) steps.*?grey noise", first)
+    assert grids and (_number(grids[1]), _number(grids[2])) == (dps, gs[2]), grids
+
+
+def test_the_mnist_w2_sweep_runs_are_the_ones_it_trains(params) -> None:
+    """Every "N generators" / "N runs" the docs say Reshetova et al.'s MNIST Fig. 5 sweep trains is the number
+    `dpsynth w2noise mnist` trains (figure points and step checks, every seed)."""
+    from dpsynth.evaluate.w2 import sweep_runs
+
+    w = params.w2_noise["mnist"]
+    runs = sweep_runs(w.noise_levels, w.losses, w.steps, w.check_noise_level, w.seeds)
+    said = _find(r"MNIST Fig\. 5 sweep's (\d+) generators") + _find(r"The (\d+) runs train in two processes") + \
+        _find(r"\(MNIST: (\d+) generators")
+    assert {p for p, _ in said} >= {"docs/deviations.md", "docs/reshetova-mnist.md", "docs/gpu-cluster.md",
+                                    "docs/outputs.md"}, said
+    assert {int(n) for _, n in said} == {len(runs)}, (said, len(runs))
+    comment = re.search(r"Two worker processes train its (\d+) runs", (REPO / "params.yaml").read_text())
+    assert comment and int(comment[1]) == len(runs)

@@ -133,8 +133,9 @@ def test_the_first_page_lists_what_ran_the_claims_and_the_not_run_list_and_snake
     overview = (tmp_path / "overview.html").read_text()
     assert "2\nruns of ours evaluated (dps_fmnist, &lt;gswgan&gt;)" in overview
     assert "Table 1 (<code>table1_fmnist</code>: 3 of\n2 rows with our numbers)" in overview
-    # the marked place for the decided claims, and the claim notes of the tables with runs of ours meanwhile
-    assert "<!-- The decided claims with their verdicts go here" in overview and "[Decided claims: not yet" in overview
+    # the claims, each with the claim checker's verdict, from the notes of the tables with runs of ours
+    assert "with the verdict of the claim checker\n(<code>dpsynth.report.claims</code>)" in overview
+    assert "Decided claims: not yet" not in overview
     assert f"(<code>table1_fmnist</code>): {note_html(CLAIM)}" in overview
     assert "1 more claim is stated by tables with no run\nof ours at this scale, not checked:\n" \
            "<code>local_privacy_w2</code>" in overview
@@ -248,7 +249,7 @@ def test_report_page_renders(smoke_pipelines, tmp_path: Path) -> None:
 
     first = _browser(page_file, tmp_path)
     for words in ("our numbers beside the papers'", "Configuration: scale smoke", "What ran",
-                  "Table 1 ( table1_fmnist : 3 of 10 rows with our numbers)", "[Decided claims: not yet listed.]",
+                  "Table 1 ( table1_fmnist : 3 of 10 rows with our numbers)", "with the verdict of the claim checker",
                   "Not run at scale smoke", "(table1_mnist) : no run of ours at scale smoke",
                   "with the same accounting code training used", "Where each result lives"):
         assert words in first, words

@@ -280,7 +280,7 @@ def test_lint_and_dry_runs_on_shipped_params():
     `dvc repro --dry` hashes every stage's dependencies, so on a fresh tree it fails at the
     first stage whose input an upstream stage has not produced yet (treeverse/dvc#9021);
     here it is run for the stages whose inputs exist (after the settings files every stage
-    depends on are written, as the README's "after an edit" recipe does), `dvc dag` checks the
+    depends on are written, as `dpsynth workflow plan` does: docs/dvc-and-snakemake.md), `dvc dag` checks the
     whole graph, and the full `dvc repro --dry` is checked after a real run (test below)."""
     out = subprocess.run([venv_bin("snakemake"), "--lint"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env=env())

@@ -3,7 +3,7 @@
 # trains, samples and evaluates every run of the params.yaml tables of `kind: manifold` (per manifold:
 # Laplace x {entropic, unregularized} 1-W, Gaussian x {entropic, unregularized} 2-W), then renders the
 # report with them into results/reshetova/ (tables/<table>.md with the claim checked, figures/<table>.png).
-# Kept out of the quick pipeline for time (README: "Reshetova et al.'s 2-D figures"). No DVC stage: dvc.yaml
+# Kept out of the quick pipeline for time (docs/methods.md, "Reshetova et al.'s 2-D figures"). No DVC stage: dvc.yaml
 # declares the pipeline (`all`); `dpsynth report` renders the same figures from whatever runs exist.
 
 # ... and Fig. 11 on a 2-D manifold (our quick-scale adaptation): every cell of the sweeps over the training-set

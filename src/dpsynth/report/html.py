@@ -103,9 +103,10 @@ notes):</p>
 {% endfor %}
 </ul>
 <h2>Claims and their verdicts</h2>
-<!-- The decided claims with their verdicts go here, from the claim checker, once it is part of dpsynth. -->
-<p><b>[Decided claims: not yet listed.]</b> No claim checker decides the papers' claims in this version; this is
-where its verdicts will be listed. Until then, the claims the tables check, as their notes state them:</p>
+<p>Each claim of a paper that a table with runs of ours checks, with the verdict of the claim checker
+(<code>dpsynth.report.claims</code>): <i>holds</i> or <i>does not hold</i> where the difference's 95 % interval
+settles it, <i>undecided</i> where it does not; each note gives the difference, its interval and the rule ("not
+checked" says what is missing):</p>
 <ul>
 {% for e, note in page.claims() %}
 <li>{{ e.ref ~ " " if e.ref }}(<code>{{ e.name }}</code>): {{ note|note }}</li>

@@ -26,7 +26,8 @@ import pandas as pd
 from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
-from dpsynth.privacy.releases import Release, compose, sha256_of
+from dpsynth.io import sha256_file
+from dpsynth.privacy.releases import CONFIRMED, Damaged, Release, compose
 from dpsynth.privacy.verify import central_rdp, neighbours
 from dpsynth.report.runs import Run, fmt_number, read_run
 
@@ -47,7 +48,7 @@ def _eps_cell(eps: float) -> str:
     return "∞" if math.isinf(eps) else fmt_number(eps, 2)
 
 
-def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
+def _ever_made(dataset: str, ever: list[Release], damaged: list[Damaged],
                current: tuple[float, set[str]] | None = None) -> list[dict[str, str]]:
     """The release ledger's rows for ``dataset``: each release whose file no longer holds it (replaced by a
     re-run, or removed: it lives on wherever it was copied or pushed), then every release ever made, composed.
@@ -69,13 +70,15 @@ def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
     rows = []
     for r in mine:
         path = Path(r.output)
-        if path.is_file() and sha256_of(path) == r.sha256:
+        if r.status == CONFIRMED and path.is_file() and sha256_file(path) == r.sha256:
             continue  # current: the file still holds it
-        rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} (replaced or removed; "
-                     f"sha256 {r.sha256[:12]})", "Mechanism": r.mechanism or "unknown", "Neighbours": r.neighbours or "unknown",
+        what = (f"replaced or removed; sha256 {r.sha256[:12]}" if r.status == CONFIRMED else
+                f"{r.status}: reserved, never confirmed; its noise may have been drawn, so it counts")
+        rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} ({what})",
+                     "Mechanism": r.mechanism or "unknown", "Neighbours": r.neighbours or "unknown",
                      "ε (headline)": fmt_number(r.epsilon, 2), "δ": f"{r.delta:g}",
                      "Noise": r.note or "secret"})
-    total = compose(mine, len(damaged))
+    total = compose(mine, damaged)
     relations = {r.neighbours or "unknown" for r in mine}
     eps_cell, delta_cell, how = _eps_cell(total.epsilon), "n/a" if math.isinf(total.epsilon) else f"{total.delta:g}", \
         total.how
@@ -90,13 +93,15 @@ def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
 
 
 def build_ledger(results: Path, runs: list[Run] | None = None,
-                 ever: tuple[list[Release], list[int]] | None = None) -> tuple[pd.DataFrame, list[str]]:
+                 ever: tuple[list[Release], list[Damaged]] | None = None,
+                 ledger: str = "the release ledger") -> tuple[pd.DataFrame, list[str]]:
     """One row per released run and one 'all of them' row per dataset; plus notes.
 
     ``runs``: the report's runs, already read and validated (``RunStore.load_all``), so the ledger
     composes exactly what the tables print; by default every ``results/runs/*/metrics.json``.
-    ``ever``: the release ledger (``privacy.releases.read``): then each dataset also gets the releases that
-    no current file holds and the composition of every release ever made from it, beside the current one."""
+    ``ever``: the release ledger (``ReleaseLedger.read``; ``ledger``: its file, for the note): then each dataset
+    also gets the releases that no current file holds and the composition of every release ever made from it,
+    beside the current one."""
     by_dataset: dict[str, list[Run]] = {}
     for run in (runs if runs is not None else _runs(results)):
         by_dataset.setdefault(str(run.metrics.get("dataset") or "unknown"), []).append(run)
@@ -145,6 +150,9 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
             total = fmt_number(total_eps, 2)
             why = (f"RDP composition of {len(deltas)} central run(s) at δ={delta:g}"
                    + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
+            if len(relations) > 1:
+                why += (f"; mixes neighbouring relations ({'; '.join(sorted(relations))}): each run's ε is stated "
+                        "for its own relation, so this total is exact for none")
             delta = delta + local_delta
         records.append({"Dataset": dataset, "Released model": f"ALL {len(runs)} (composed)", "Mechanism": why,
                         "Neighbours": ", ".join(sorted(relations)), "ε (headline)": total, "δ": "n/a" if infinite else f"{delta:g}",
@@ -166,8 +174,10 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
         "composed row lists every relation among its runs, each run's guarantee holding for its own.",
     ]
     if ever is not None:
-        notes.append("EVER MADE: every release the release ledger (private/ledger/releases.jsonl) records for the "
-                     "dataset -- privatizations, trained models, re-runs included -- composed the same way; a release "
-                     "a re-run replaced still exists wherever it was copied or pushed, so it still counts"
-                     + (f"; damaged ledger lines {damaged} count as releases without a guarantee" if damaged else ""))
+        notes.append(f"EVER MADE: every release the release ledger ({ledger}, shared by every workspace) records "
+                     "for the dataset -- privatizations, trained models, re-runs, reservations of jobs that never "
+                     "confirmed included -- composed the same way; a release a re-run replaced still exists wherever "
+                     "it was copied or pushed, so it still counts"
+                     + (f"; damaged ledger lines ({'; '.join(str(d) for d in damaged)}) count as releases without a "
+                        "guarantee" if damaged else ""))
     return pd.DataFrame.from_records(records), notes

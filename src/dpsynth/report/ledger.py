@@ -27,7 +27,7 @@ from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
 from dpsynth.io import sha256_file
-from dpsynth.privacy.releases import CONFIRMED, Damaged, Release, compose
+from dpsynth.privacy.releases import CONFIRMED, Damaged, Release, compose, describe_damaged
 from dpsynth.privacy.verify import central_rdp, neighbours
 from dpsynth.report.runs import Run, fmt_number, read_run
 
@@ -159,8 +159,12 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
                         "Noise": "-"})
         if ever is not None:
             records.extend(_ever_made(dataset, ever_releases, damaged, current=(total_eps, relations)))
-    if not records:
-        records.append({"Dataset": "none", "Released model": "no evaluated run yet", "Mechanism": "n/a",
+    if damaged and not by_dataset:  # a damaged line belongs to no dataset it can be trusted for: to every one
+        records.append({"Dataset": "every dataset", "Released model": "EVER MADE: damaged ledger line(s)",
+                        "Mechanism": "not private: " + describe_damaged(damaged), "Neighbours": "unknown",
+                        "ε (headline)": "∞", "δ": "n/a", "Noise": "-"})
+    if not records:  # (not "none": the tables' never-an-empty-cell rule reads it as an empty cell)
+        records.append({"Dataset": "no dataset yet", "Released model": "no evaluated run yet", "Mechanism": "n/a",
                         "Neighbours": "n/a", "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})
     notes = [
         "Every run under results/runs is listed: publishing several models trained on one dataset composes.",

@@ -66,7 +66,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     npz_path, json_path = privatized_paths(root, experiment)
     ledger = ReleaseLedger.configured(params.ledger_dir)
     ledger.check(("data.root", root))  # before the records are read: a ledger that cannot record is refused now
-    held = announce_release(params, experiment, exp.dataset, npz_path, json_path, ledger)
+    held = announce_release(params, experiment, exp.dataset, local, npz_path, json_path, ledger)
     drawn = False
     with settled(ledger, held, lambda: drawn):
         data = load_processed(src)
@@ -146,12 +146,12 @@ def _key(npz_path: Path) -> str:
     return os.path.abspath(npz_path)
 
 
-def announce_release(params: Params, experiment: str, dataset: str, npz_path: Path, json_path: Path,
+def announce_release(params: Params, experiment: str, dataset: str, local: Any, npz_path: Path, json_path: Path,
                      ledger: Any) -> list[Any]:
     """Before the records are read and any noise drawn: record a privatized copy on disk that the ledger
     lacks (an earlier version's, or one whose writer died before confirming), say in one line that this
-    run is a new release over an earlier one, and reserve it -- refused if it would pass the dataset's total
-    budget. A privatization with replayable noise (``privacy_noise: reproducible``) is reserved and recorded
+    run is a new release over an earlier one, and reserve it (``local``: the experiment's mechanism and target)
+    -- refused if it would pass the dataset's total budget. A privatization with replayable noise (``privacy_noise: reproducible``) is reserved and recorded
     as a release without a guarantee (infinite epsilon), whatever epsilon its mechanism states."""
     import math
     import sys
@@ -183,8 +183,6 @@ def announce_release(params: Params, experiment: str, dataset: str, npz_path: Pa
                                                                        else last.status)
               + f"); this run draws fresh noise -- a NEW release of every record, composed with the earlier one(s) "
               f"in {ledger.path}", file=sys.stderr)
-    local = params.experiments[experiment].local
-    assert local is not None
     free = params.privacy_noise == "reproducible"
     wanted = releases.Release(dataset, "privatize", experiment, local.mechanism, math.inf if free else local.epsilon,
                               float(local.delta or 0.0), LOCAL, _key(npz_path), "", key=_key(npz_path),

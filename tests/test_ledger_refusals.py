@@ -26,7 +26,7 @@ import yaml
 from dpsynth.cli import main
 from dpsynth.privacy import ledger_store, releases
 from dpsynth.privacy.ledger_store import ReleaseLedger
-from tests.conftest import digits28_smoke_params, with_digits28
+from tests.conftest import REPO, digits28_smoke_params, with_digits28
 from tests.test_ledger_reservations import DATASET, EXP, _privatize_ws, manifold  # noqa: F401  (a fixture)
 
 TRAIN = ["train", "dps_digits", "--device", "cpu", "--no-progress"]
@@ -218,6 +218,25 @@ def test_a_hand_edited_line_is_named_with_its_file_and_line_and_counts_as_no_gua
     ever = frame[frame["Released model"].str.startswith("EVER MADE")]
     assert list(ever["ε (headline)"]) == ["∞"], frame.to_string()
     assert any(f"{ledger.path} line 2" in n for n in notes)
+
+
+def test_the_report_with_no_run_fills_its_ledger_table_and_shows_a_damaged_line_as_infinite(
+        tmp_path: Path, release_ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No evaluated run, an empty ledger: the privacy ledger says so in every cell (it failed on 'none', which
+    the never-an-empty-cell rule reads as empty); a ledger holding only a damaged line: one row, infinite."""
+    import pandas as pd
+
+    from dpsynth.report.ledger import build_ledger
+
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 0
+    frame = pd.read_csv(tmp_path / "results" / "tables" / "privacy_ledger.csv", dtype=str, keep_default_na=False)
+    assert list(frame["Dataset"]) == ["no dataset yet"], frame.to_string()
+    ledger = ReleaseLedger(release_ledger)
+    ledger.path.write_text(json.dumps({**_LINE, "epsilon": -100}) + "\n")
+    frame, _ = build_ledger(tmp_path / "results", runs=[], ever=ledger.read())
+    assert list(frame["ε (headline)"]) == ["∞"] and f"{ledger.path} line 1" in frame.iloc[0]["Mechanism"]
 
 
 def test_a_composition_of_different_neighbouring_relations_says_so() -> None:

@@ -322,3 +322,32 @@ def test_train_sweep_reserves_every_cell_trained_together_and_each_cells_train_a
     got2, _ = ledger.read()
     assert sorted((r.name, r.status) for r in got2) == [("sw-m0", "confirmed"), ("sw-m1", "pending")], got2
     assert {r.id for r in got2} == {r.id for r in got}  # adopted: no new reservation
+
+
+def test_a_resumed_run_adopts_only_its_own_reservation_at_no_less_than_its_cost(tmp_path: Path) -> None:
+    """Adopting is not paying: a resumed run takes over a pending or failed reservation of its run folder only
+    when it was reserved at this cost or more, and a confirmed one only for the very model its finished
+    checkpoint released (its hash); otherwise it reserves again, its budget checked."""
+    from dpsynth.config.params import TotalBudget
+    from dpsynth.errors import PrivacyError
+    from dpsynth.privacy.ledger_store import Reservation
+    from dpsynth.privacy.releases import Release
+
+    ledger = ReleaseLedger(tmp_path)
+
+    def want(eps: float, adopt: bool = True, released: str | None = None) -> Reservation:
+        return Reservation(Release("digits28", "train", "r", "dp_sinkhorn", eps, 1e-5, "", "/m/g.pt", "",
+                                   key="/p/runs/r"), adopt=adopt, released=released)
+
+    budget = {"digits28": TotalBudget(epsilon=12.0)}
+    first = ledger.reserve([want(10.0, adopt=False)], budget, "train r")[0]
+    again = ledger.reserve([want(10.0)], budget, "train r")[0]
+    assert again.adopted and again.release.id == first.release.id
+    with pytest.raises(PrivacyError, match="would add ε 11"):  # a costlier configuration: reserved anew, refused
+        ledger.reserve([want(11.0)], budget, "train r")
+    ledger.settle(first.release, "confirmed", Release("digits28", "train", "r", "dp_sinkhorn", 9.5, 1e-5,
+                                                      "add/remove one", "/m/g.pt", "c" * 64, key="/p/runs/r"))
+    assert ledger.reserve([want(10.0, released="c" * 64)], budget, "train r")[0].adopted  # its own release
+    with pytest.raises(PrivacyError, match="1 release"):  # another model of the same folder: a new release
+        ledger.reserve([want(10.0, released="d" * 64)], budget, "train r")
+    assert len(ReleaseLedger(tmp_path).read()[0]) == 1

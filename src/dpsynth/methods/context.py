@@ -71,11 +71,11 @@ class TrainContext:
     # privatized ones. Only a method that reads clean data BY DESIGN opens it -- the wavelet baseline of
     # Reshetova et al. tunes its denoiser on it and labels itself approximately private; no other does.
     processed_path: Path | None = None
-    # Called by the loop before the first step of a run that will release (not for one already done), with
-    # whether it resumes from a checkpoint: the train stage reserves the release in the release ledger
+    # Called by the loop before the first step of a run that will release (not for one already done), with the
+    # checkpoint it resumes from (None: none): the train stage reserves the release in the release ledger
     # (privacy.ledger_store), its dataset's total budget checked, so a release past it is refused before any
     # noise is drawn (a resumed run adopts its own earlier reservation). None: nothing to reserve.
-    before_release: Callable[[bool], None] | None = None
+    before_release: Callable[[dict[str, Any] | None], None] | None = None
 
     @property
     def generator_path(self) -> Path:

@@ -179,7 +179,7 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
     if ctx.before_release is not None:
         # the release reserved in the release ledger (its total budget checked) before any step or noise; a run
         # resuming from its checkpoint adopts the reservation of the job that drew that noise
-        ctx.before_release(state is not None)
+        ctx.before_release(state)
     run.resume()
     eps_now = epsilon_spent or run.epsilon_spent
     log = run.log

@@ -93,10 +93,21 @@ class Held:
 class Reservation:
     """One release a job is about to make: the pending entry it reserves (``entry``: its dataset, stage, name,
     target cost, ``key``), and whether it resumes an earlier job's noise (``adopt``: take over that job's counted
-    reservation of the same stage and key instead of reserving again)."""
+    reservation instead of reserving again -- one of the same stage and key, pending or failed at no less than
+    this cost, or the confirmed release of the file whose hash is ``released``, the model a finished checkpoint
+    released)."""
 
     entry: Release
     adopt: bool = False
+    released: str | None = None
+
+    def adopts(self, r: Release) -> bool:
+        """Whether this reservation may take over ``r`` (a counted entry) instead of reserving again."""
+        if not self.adopt or r.stage != self.entry.stage or r.key != self.entry.key:
+            return False
+        if r.status == CONFIRMED:
+            return bool(self.released) and r.sha256 == self.released
+        return r.epsilon >= self.entry.epsilon and r.delta >= self.entry.delta
 
 
 class ReleaseLedger:
@@ -196,12 +207,14 @@ class ReleaseLedger:
         """Reserve every release of ``wanted`` at once, or none: under the lock, each one adopts its counted
         earlier reservation (``adopt``) or is checked against its dataset's budget (``budgets``: dataset ->
         ``TotalBudget``; absent: none), together with everything counted so far and the others of ``wanted``,
-        then all new ones are appended as ``pending``. Returns the reservations to settle, in order."""
+        then all new ones are appended as ``pending``. Returns the reservations to settle, in order. An earlier
+        reservation is adopted only at no less than this cost: a resumed run whose reservation the ledger lacks, or
+        holds at a smaller cost (another configuration's), reserves again, its budget checked."""
         with self._locked() as fd:
             known, damaged = self._read_locked(fd)
             out, new = [], []
             for w in wanted:
-                mine = [r for r in known if w.adopt and r.stage == w.entry.stage and r.key == w.entry.key]
+                mine = [r for r in known if w.adopts(r)]
                 if mine:
                     out.append(Held(mine[-1], adopted=True))
                     continue

@@ -16,6 +16,11 @@ one, for experiments with ``local:``. The test split is dropped here (the evalua
 the clean test split from the processed file itself). The stale JSON is removed first and
 written last, so a JSON always describes a complete npz. Two secret runs give different noise;
 two reproducible runs the same bytes.
+
+Each privatization is a release of every record, recorded in the release ledger (``privacy.ledger_store``,
+outside the workspace): reserved before the records are read -- its dataset's total budget checked under the
+ledger's lock -- and confirmed once both files are written, or marked failed (still counted) if the job fails
+after drawing its noise.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import ConfigError, DpsynthError, PrivacyError
-from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment
+from dpsynth.stages.common import CLEANED_FOLDERS, DEFAULT_PARAMS, finish, prepare_cpu, get_experiment
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -65,7 +70,7 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     src = root / "processed" / f"{exp.dataset}.npz"
     npz_path, json_path = privatized_paths(root, experiment)
     ledger = ReleaseLedger.configured(params.ledger_dir)
-    ledger.check(("data.root", root))  # before the records are read: a ledger that cannot record is refused now
+    ledger.check(("data.root", root), *CLEANED_FOLDERS)  # before the records are read: one that cannot record
     held = announce_release(params, experiment, exp.dataset, local, npz_path, json_path, ledger)
     drawn = False
     with settled(ledger, held, lambda: drawn):
@@ -102,7 +107,8 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
             # the source's path only: a hash of the private data would let anyone confirm a guessed dataset
             "source": {"path": str(src)},
             **({} if kept is None else {"records_kept": f"the run's {kept} training records (train_size "
-                                        f"{exp.train_size}: the first n the scale keeps), not the whole training split"}),
+                                        f"{exp.train_size}: the first n the scale keeps), not the whole training "
+                                        "split"}),
             "note": "epsilon uses the sound sensitivity 2R (diameter of the ball); epsilon_paper_convention "
                     "is what the paper's sensitivity R would claim for the same noise",
             "dpsynth_version": __version__,
@@ -150,9 +156,10 @@ def announce_release(params: Params, experiment: str, dataset: str, local: Any, 
                      ledger: Any) -> list[Any]:
     """Before the records are read and any noise drawn: record a privatized copy on disk that the ledger
     lacks (an earlier version's, or one whose writer died before confirming), say in one line that this
-    run is a new release over an earlier one, and reserve it (``local``: the experiment's mechanism and target)
-    -- refused if it would pass the dataset's total budget. A privatization with replayable noise (``privacy_noise: reproducible``) is reserved and recorded
-    as a release without a guarantee (infinite epsilon), whatever epsilon its mechanism states."""
+    run is a new release over an earlier one, and reserve it (``local``: the experiment's mechanism and
+    target) -- refused if it would pass the dataset's total budget. A privatization with replayable noise
+    (``privacy_noise: reproducible``) is reserved and recorded as a release without a guarantee (infinite
+    epsilon), whatever epsilon its mechanism states."""
     import math
     import sys
 

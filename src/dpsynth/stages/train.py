@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import DpsynthError, did_you_mean
 from dpsynth.locations import check_apart
-from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
+from dpsynth.stages.common import CLEANED_FOLDERS, DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext
@@ -92,7 +92,7 @@ def context_and_ledger(experiment: str, *, out: str, private_out: str, params_fi
         ledger = RunLedger(ReleaseLedger.configured(params.ledger_dir), params, run, experiment, private_dir,
                            Path(out) / experiment / GENERATOR_FILE)
         ledger.check(private_dir / CHECKPOINT_FILE, ("--out", out), ("--private-out", private_out),
-                     ("data.root", params.data.root))
+                     ("data.root", params.data.root), *CLEANED_FOLDERS)
     if run.experiment.local is not None and not run.data.is_file():
         raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {experiment}`)")
     full = load_processed(run.data)

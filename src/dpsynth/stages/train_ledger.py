@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext
-    from dpsynth.privacy.ledger_store import Held, ReleaseLedger
+    from dpsynth.privacy.ledger_store import Held, ReleaseLedger, Reservation
     from dpsynth.privacy.releases import Release
 
 
@@ -81,15 +81,21 @@ class RunLedger:
         known, damaged = self.ledger.read()
         check_budget(self.dataset, budget, known, damaged, self.cost, f"train {self.experiment}")
 
-    def reserve(self, resuming: bool) -> None:
-        """``TrainContext.before_release``: reserve this run's release before its first step, or adopt its own
-        earlier reservation when it resumes from its checkpoint (that noise was reserved by the job that drew it)."""
+    def reservation(self, state: dict[str, Any] | None) -> Reservation:
+        """What this run reserves, given its checkpoint ``state`` (None: none, fresh noise): resuming, it adopts
+        its own earlier reservation (that noise was reserved by the job that drew it), or the confirmed release
+        of the model its finished checkpoint released."""
         from dpsynth.privacy.ledger_store import Reservation
 
+        released = ((state or {}).get("release") or {}).get("generator_sha256")
+        return Reservation(self.wanted(), adopt=state is not None, released=released)
+
+    def reserve(self, state: dict[str, Any] | None) -> None:
+        """``TrainContext.before_release``: reserve this run's release before its first step (``state``: its
+        checkpoint, see :meth:`reservation`)."""
         if self.cost is None:
             return
-        self.held = self.ledger.reserve([Reservation(self.wanted(), adopt=resuming)], self.budgets,
-                                        f"train {self.experiment}")
+        self.held = self.ledger.reserve([self.reservation(state)], self.budgets, f"train {self.experiment}")
 
     def release_entry(self, ctx: TrainContext) -> Release | None:
         """The ledger's entry for the model ``ctx`` released (its privacy report, read back): a central-DP model
@@ -140,12 +146,9 @@ class RunLedger:
 def reserve_cells(ledger: ReleaseLedger, cells: list[RunLedger], resuming: list[bool], sweep: str) -> list[Held]:
     """``train-sweep``: reserve every cell trained together at once, or none, before the group's first step --
     each cell's target composed with the others' against its dataset's budget, a cell resuming from its
-    checkpoint adopting its own earlier reservation. Each cell's ``dpsynth train`` adopts these when it
-    releases the cell from its finished checkpoint."""
-    from dpsynth.privacy.ledger_store import Reservation
-
-    wanted = [(c, r) for c, r in zip(cells, resuming) if c.cost is not None]
+    (unfinished) checkpoint adopting its own earlier reservation. Each cell's ``dpsynth train`` adopts these
+    when it releases the cell from its finished checkpoint."""
+    wanted = [c.reservation({} if r else None) for c, r in zip(cells, resuming) if c.cost is not None]
     if not wanted:
         return []
-    budgets = wanted[0][0].budgets
-    return ledger.reserve([Reservation(c.wanted(), adopt=r) for c, r in wanted], budgets, f"train-sweep {sweep}")
+    return ledger.reserve(wanted, cells[0].budgets, f"train-sweep {sweep}")

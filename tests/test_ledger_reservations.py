@@ -294,6 +294,35 @@ def test_a_trained_model_its_job_never_confirmed_is_recorded_by_the_next_train_n
     assert main(train) == 0 and "missing from the release ledger" not in capsys.readouterr().out  # once
 
 
+def test_a_training_job_failing_after_its_reservation_marks_it_failed_and_its_resume_adopts_it(
+        tmp_path: Path, digits28_processed: Path, release_ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped by an error as it writes the model (after its noise, its trained checkpoint saved): the reservation
+    is marked failed -- still counted -- and the next `dpsynth train` releases from the checkpoint, adopts it and
+    confirms it, reserving nothing new."""
+    import dpsynth.methods.loop as loop
+    from dpsynth.cli import main
+
+    _digits(tmp_path, digits28_processed)
+    monkeypatch.chdir(tmp_path)
+    save_generator = loop.save_generator
+
+    def dies(*a: object, **k: object) -> None:
+        raise RuntimeError("the node died")
+
+    monkeypatch.setattr(loop, "save_generator", dies)
+    train = ["train", "dps_digits", "--device", "cpu", "--no-progress"]
+    with pytest.raises(RuntimeError, match="the node died"):
+        main(train)
+    ledger = ReleaseLedger(release_ledger)
+    got, _ = ledger.read()
+    assert [(r.status, r.epsilon) for r in got] == [("failed", 10.0)], got
+    monkeypatch.setattr(loop, "save_generator", save_generator)
+    assert main(train) == 0
+    got2, _ = ledger.read()
+    assert [(r.status, r.id) for r in got2] == [("confirmed", got[0].id)], got2
+    assert len(ledger.path.read_text().splitlines()) == 3  # pending, failed, confirmed: one reservation
+
+
 def test_train_sweep_reserves_every_cell_trained_together_and_each_cells_train_adopts_it(
         tmp_path: Path, digits28_processed: Path, release_ledger: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -95,7 +95,8 @@ class RunLedger:
         checkpoint, see :meth:`reservation`)."""
         if self.cost is None:
             return
-        self.held = self.ledger.reserve([self.reservation(state)], self.budgets, f"train {self.experiment}")
+        # in place: the stage's ``settled`` block holds this very list, to mark the reservation failed
+        self.held[:] = self.ledger.reserve([self.reservation(state)], self.budgets, f"train {self.experiment}")
 
     def release_entry(self, ctx: TrainContext) -> Release | None:
         """The ledger's entry for the model ``ctx`` released (its privacy report, read back): a central-DP model

@@ -64,13 +64,6 @@ def release_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return d
 
 
-def ledger_file(folder: Path) -> Path:
-    """The ledger file in the folder ``release_ledger`` gives."""
-    from dpsynth.privacy.releases import LEDGER_FILE
-
-    return folder / LEDGER_FILE
-
-
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():  # type: ignore[no-untyped-def]
     """A CLI stage run in-process pins torch's thread count (``prepare_cpu``); without this a

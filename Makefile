@@ -41,5 +41,6 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $(STAMP)
 
+# (the release ledger is not in the workspace: every release stays counted after this; docs/privacy.md)
 clean-results:
 	rm -rf data/processed data/privatized data/synthetic models private results logs .snakemake benchmarks/jobs

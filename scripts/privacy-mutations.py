@@ -15,11 +15,24 @@ sanitizer must be caught by its audit, not only by a wiring test.
 
 A mutation of what leaves the machine (a statistic of the training records in a released metrics.json or a job's
 log, dvc.yaml's push flags) names, as a fifth element, the tests that must catch it; they run instead of the above.
+The release ledger's mutations (budgets, reservations, what each release path records) run the ledger's own tests
+instead (LEDGER_TESTS: the reservation, refusal and ledger tests and the wavelet baseline's two ledger tests, stopping
+at the first failure), named beside each of them.
 
 Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
 mutation was not caught."""
 import argparse, pathlib, subprocess, sys
 R = pathlib.Path(__file__).resolve().parents[1]
+WIRING_TESTS = ['tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py',
+                '-k', 'not canary',
+                'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
+                'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
+                'tests/test_batched_sweep.py::test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves',
+                'tests/test_privatize.py::test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it']
+LEDGER_TESTS = ['-x', 'tests/test_ledger_reservations.py', 'tests/test_ledger_refusals.py', 'tests/test_release_ledger.py',
+                '-k', 'not editing',  # (the DVC round trip: minutes, and it adds no case these lack)
+                'tests/test_wavelet_baseline.py::test_the_method_trains_end_to_end_through_the_one_loop',
+                'tests/test_wavelet_baseline.py::test_the_wavelet_baseline_is_refused_by_any_finite_budget_before_it_reads_a_record']
 M = [
  ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma / 2 if private and h.sanitizer == \"image\" else None, q=q)"),
@@ -120,14 +133,39 @@ M = [
  ("w2noise prints its sweep's W2s (clean records, seeded noise) to its log", "src/dpsynth/stages/w2noise.py",
   "f\"{check}: done ({row['seconds']:.1f} s)\"", "f\"{check}: W2 {row['w2']:.4f} ({row['seconds']:.1f} s)\"",
   ["tests/test_w2_fig5.py::test_the_sweeps_log_names_each_run_and_prints_none_of_its_w2"]),
+ # the release ledger (LEDGER_TESTS)
+ ("ledger: nothing reserved before the noise (the budget checked, the release appended only once made)",
+  "src/dpsynth/privacy/ledger_store.py",
+  "            if new:\n                self._write(fd, new)", "            pass", LEDGER_TESTS),
+ ("ledger: a pending reservation (a job killed after its noise) not counted",
+  "src/dpsynth/privacy/releases.py", "COUNTED = (PENDING, CONFIRMED, FAILED)", "COUNTED = (CONFIRMED, FAILED)",
+  LEDGER_TESTS),
+ ("ledger: a job failing after its noise cancels its reservation (not counted)",
+  "src/dpsynth/privacy/ledger_store.py", "status = FAILED if drawn() else CANCELLED", "status = CANCELLED",
+  LEDGER_TESTS),
+ ("ledger: train does not record an approximately private (wavelet) run, nor budget it",
+  "src/dpsynth/stages/train_ledger.py", "self.cost = (math.inf, 0.0) if repro or approx else None",
+  "self.cost = (math.inf, 0.0) if repro else None", LEDGER_TESTS),
+ ("ledger: a fresh run's budget checked only at the first step (the wavelet baseline reads its clean records first)",
+  "src/dpsynth/stages/train_ledger.py", "if self.cost is None or budget is None or checkpoint.is_file():",
+  "if True:", LEDGER_TESTS),
+ ("ledger: privatize does not record a privatized copy on disk that the ledger lacks",
+  "src/dpsynth/stages/privatize.py", "        if ledger.record_found(entry):", "        if False:", LEDGER_TESTS),
+ ("ledger: a reproducible-noise privatization budgeted and recorded at its finite epsilon",
+  "src/dpsynth/stages/privatize.py", "    free = params.privacy_noise == \"reproducible\"", "    free = False",
+  LEDGER_TESTS),
+ ("ledger: an already-done train whose model the ledger lacks says done and records nothing",
+  "src/dpsynth/stages/train.py", "elif summary[\"already_done\"] and ledger.record_found(ctx):", "elif False:",
+  LEDGER_TESTS),
+ ("ledger: train-sweep trains its cells together without reserving them (no budget check)",
+  "src/dpsynth/stages/train.py", "    held = reserve_cells(", "    held = [] and reserve_cells(", LEDGER_TESTS),
+ ("ledger: a ledger write cut short (a full disk) taken for success",
+  "src/dpsynth/privacy/ledger_store.py", "                n = os.write(fd, data[done:])",
+  "                n = len(data) - done\n                try:\n                    os.write(fd, data[done:])\n"
+  "                except OSError:\n                    pass", LEDGER_TESTS),
+ ("ledger: a hand-edited negative epsilon read as a release", "src/dpsynth/privacy/releases.py",
+  "    if x < 0 or x > upper:", "    if x > upper:", LEDGER_TESTS),
 ]
-#: What a mutation without its own tests runs: the wiring tests, the audits, the methods' and the stages' privacy tests.
-WIRING = ['tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py',
-          '-k', 'not canary',
-          'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
-          'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
-          'tests/test_batched_sweep.py::test_a_sweep_whose_second_member_is_exhausted_refuses_before_any_weight_moves',
-          'tests/test_privatize.py::test_secret_laplace_privatize_draws_its_noise_from_the_generator_the_stage_hands_it']
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog="mutations:\n" + "\n".join(f"  {i:2d}  {m[0]}  ({m[1]})" for i, m in enumerate(M)))
@@ -155,7 +193,7 @@ for i, (name, f, old, new, *own) in enumerate(M):
     assert src.count(old) == 1, (name, src.count(old))
     p.write_text(src.replace(old, new))
     try:
-        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', *(own[0] if own else WIRING)],
+        r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', *(own[0] if own else WIRING_TESTS)],
                            cwd=R, capture_output=True, text=True, timeout=900)
         failed = [l.split('::')[-1].split(' ')[0] for l in r.stdout.splitlines() if l.startswith('FAILED')]
         print(f"{i} | {name} | caught by: {', '.join(failed) or 'NOT CAUGHT'}", flush=True)

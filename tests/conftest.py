@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+# The release ledger lives outside every workspace (privacy.ledger_store: ~/.local/share/dpsynth/ledger by
+# default): no test may write there. Every process of the session -- the smoke pipelines started in the
+# background, subprocesses, session fixtures -- gets a temporary one; each test its own (``release_ledger``).
+os.environ["DPSYNTH_LEDGER"] = tempfile.mkdtemp(prefix="dpsynth-test-ledger-")
+atexit.register(shutil.rmtree, os.environ["DPSYNTH_LEDGER"], ignore_errors=True)
 
 
 def require(condition: bool, reason: str) -> None:
@@ -45,6 +54,15 @@ def venv_bin(name: str) -> str:
 def fashion_dir() -> Path:
     require(FASHION_DIR.is_dir(), f"Debian package dataset-fashion-mnist not installed ({FASHION_DIR})")
     return FASHION_DIR
+
+
+@pytest.fixture(autouse=True)
+def release_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own release ledger folder ($DPSYNTH_LEDGER; outside its tmp_path, so a test listing what a
+    stage wrote there sees no ledger), inherited by the subprocesses it starts."""
+    d = tmp_path_factory.mktemp("ledger")
+    monkeypatch.setenv("DPSYNTH_LEDGER", str(d))
+    return d
 
 
 @pytest.fixture(autouse=True)

@@ -216,7 +216,7 @@ def test_privatize_and_train_through_the_cli(tmp_path: Path) -> None:
     from dpsynth.cli import main
 
     assert main(["data", "prepare", "manifold2d_half_circle", "--params", str(pfile)]) == 0
-    r = run_cli("privatize", "ew", "--params", str(pfile), "--private-out", str(tmp_path / "private"))
+    r = run_cli("privatize", "ew", "--params", str(pfile))
     assert r.returncode == 0, r.stderr
     r = run_cli("train", "ew", "--params", str(pfile), "--out", str(tmp_path / "models"), "--private-out",
                 str(tmp_path / "private"), "--device", "cpu",

@@ -1,13 +1,17 @@
-"""The release ledger (issue 58 item 2, dpsynth.privacy.releases): every release ever made from a dataset,
-appended under the private folder by the stages that release, never rewritten; composed by the report beside
+"""The release ledger (issue 58 item 2, issue 63; dpsynth.privacy.releases, privacy.ledger_store): every release
+ever made from a dataset, in one ledger shared by every workspace, never rewritten; composed by the report beside
 the current runs; a per-dataset total budget refuses a release past it before any noise is drawn; a
-re-privatization says so in one line first. End to end through DVC: editing a privatize dependency re-runs it,
-and the ledger then holds two releases of the dataset, composed (and a third is refused under a budget)."""
+re-privatization says so in one line first; every line validated when read. End to end through DVC: editing a
+privatize dependency re-runs it, and the ledger then holds two releases of the dataset, composed; a third is
+refused under a budget -- after `make clean-results` too -- and a temporary DVC experiment records into the
+same ledger. (Reservations, concurrent and killed jobs: tests/test_ledger_reservations.py.)"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +20,7 @@ import pytest
 import yaml
 
 from dpsynth.privacy import releases
+from dpsynth.privacy.ledger_store import ReleaseLedger
 from dpsynth.privacy.releases import Release
 from dpsynth.report.ledger import build_ledger
 from tests.conftest import REPO, venv_bin
@@ -30,32 +35,30 @@ def _release(name: str, eps: float, sha: str, output: str = "x.npz") -> Release:
 
 
 def test_appends_never_rewrite_and_a_torn_line_counts_as_a_release_without_a_guarantee(tmp_path: Path) -> None:
-    path = releases.ledger_path(tmp_path)
-    releases.append(path, _release("a", 5.0, "1" * 64))
-    first = path.read_bytes()
-    releases.append(path, _release("a", 5.0, "2" * 64))
-    assert path.read_bytes().startswith(first)  # appended, the first entry byte for byte as it was
-    got, damaged = releases.read(path)
+    ledger = ReleaseLedger(tmp_path)
+    ledger.append(_release("a", 5.0, "1" * 64))
+    first = ledger.path.read_bytes()
+    ledger.append(_release("a", 5.0, "2" * 64))
+    assert ledger.path.read_bytes().startswith(first)  # appended, the first entry byte for byte as it was
+    got, damaged = ledger.read()
     assert [r.sha256[0] for r in got] == ["1", "2"] and damaged == []
     total = releases.compose(got)
     assert total.count == 2 and total.epsilon == pytest.approx(10.0) and total.delta == pytest.approx(2e-4)
-    with open(path, "ab") as fh:  # a writer killed mid-line
+    with open(ledger.path, "ab") as fh:  # a writer killed mid-line
         fh.write(b'{"dataset": "manifold2d_half_ci')
-    releases.append(path, _release("a", 5.0, "3" * 64))
-    got, damaged = releases.read(path)
-    assert [r.sha256[0] for r in got] == ["1", "2", "3"] and damaged == [3]  # the torn line did not eat the next
-    assert math.isinf(releases.compose(got, len(damaged)).epsilon)  # a release of unknown cost is never free
+    ledger.append(_release("a", 5.0, "3" * 64))
+    got, damaged = ledger.read()
+    assert [r.sha256[0] for r in got] == ["1", "2", "3"] and [d.line for d in damaged] == [3]  # the next survived
+    assert math.isinf(releases.compose(got, damaged).epsilon)  # a release of unknown cost is never free
 
 
 def test_concurrent_writers_each_land_whole_lines(tmp_path: Path) -> None:
-    path = releases.ledger_path(tmp_path)
-    code = ("import sys; from dpsynth.privacy import releases\n"
+    code = ("import sys; from pathlib import Path; from dpsynth.privacy.ledger_store import ReleaseLedger\n"
             "from tests.test_release_ledger import _release\n"
-            "for i in range(40): releases.append(releases.ledger_path(sys.argv[1]), _release(sys.argv[2], 1.0, "
-            "f'{i:064d}'))\n")
+            "for i in range(40): ReleaseLedger(Path(sys.argv[1])).append(_release(sys.argv[2], 1.0, f'{i:064d}'))\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), w], cwd=REPO) for w in ("p", "q")]
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    got, damaged = releases.read(path)
+    got, damaged = ReleaseLedger(tmp_path).read()
     assert damaged == [] and len(got) == 80 and {r.name for r in got} == {"p", "q"}
 
 
@@ -64,14 +67,14 @@ def test_the_budget_refuses_in_one_line_naming_dataset_spent_and_added() -> None
     from dpsynth.errors import PrivacyError
 
     known = [_release("a", 5.0, "1" * 64), _release("a", 5.0, "1" * 64)]  # one file recorded twice: one release
-    releases.check_budget(DATASET, TotalBudget(epsilon=10.0), known, 0, (5.0, 1e-4), "privatize a")
+    releases.check_budget(DATASET, TotalBudget(epsilon=10.0), known, [], (5.0, 1e-4), "privatize a")
     with pytest.raises(PrivacyError) as exc:
-        releases.check_budget(DATASET, TotalBudget(epsilon=9.0), known, 0, (5.0, 1e-4), "privatize a")
+        releases.check_budget(DATASET, TotalBudget(epsilon=9.0), known, [], (5.0, 1e-4), "privatize a")
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith(f"total_budgets.{DATASET}: privatize a refused before any noise")
     assert "1 release(s) of manifold2d_half_circle spent ε 5" in msg and "would add ε 5" in msg, msg
     with pytest.raises(PrivacyError, match="δ"):
-        releases.check_budget(DATASET, TotalBudget(epsilon=99.0, delta=1e-4), known, 0, (5.0, 1e-4), "privatize a")
+        releases.check_budget(DATASET, TotalBudget(epsilon=99.0, delta=1e-4), known, [], (5.0, 1e-4), "privatize a")
 
 
 def test_the_report_shows_releases_ever_made_beside_the_current_ones(tmp_path: Path,
@@ -83,10 +86,12 @@ def test_the_report_shows_releases_ever_made_beside_the_current_ones(tmp_path: P
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "results", "a", DATASET, _dps(100_000))
     Path("now.npz").write_bytes(b"the current release")
-    ledger = releases.ledger_path(tmp_path / "private")
-    releases.append(ledger, _release(EXP, 5.0, "0" * 64, output="now.npz"))  # what the file held before
-    releases.append(ledger, _release(EXP, 5.0, releases.sha256_of(Path("now.npz")), output="now.npz"))
-    frame, notes = build_ledger(tmp_path / "results", ever=releases.read(ledger))
+    from dpsynth.io import sha256_file
+
+    ledger = ReleaseLedger(tmp_path / "ledger")
+    ledger.append(_release(EXP, 5.0, "0" * 64, output="now.npz"))  # what the file held before
+    ledger.append(_release(EXP, 5.0, sha256_file(Path("now.npz")), output="now.npz"))
+    frame, notes = build_ledger(tmp_path / "results", ever=ledger.read())
     rows = list(frame["Released model"])
     assert rows[:2] == ["a", "ALL 1 (composed)"], rows
     assert rows[2].startswith(f"privatize {EXP} at ") and "replaced or removed; sha256 000000000000" in rows[2]
@@ -143,12 +148,22 @@ def _touch(d: Path, rel: str) -> None:
         fh.write("\n# an edit\n")
 
 
-def test_editing_a_privatize_dependency_re_runs_it_and_the_ledger_composes_both_releases(tmp_path: Path) -> None:
+def _budget(d: Path, epsilon: float) -> None:
+    p = yaml.safe_load((d / "params.yaml").read_text())
+    p["total_budgets"] = {DATASET: {"epsilon": epsilon}}
+    (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def test_editing_a_privatize_dependency_re_runs_it_and_the_ledger_composes_both_releases(
+        tmp_path: Path, release_ledger: Path) -> None:
+    """Two releases through DVC, composed; a third refused under a budget, before any noise -- also after `make
+    clean-results`, which leaves the ledger alone (it lives outside the workspace); a temporary DVC experiment
+    (`dvc exp run --temp`, another folder) records its release into the same ledger, which then counts it."""
     d = copy_workflow(tmp_path / "ws", _patch)
-    ledger = releases.ledger_path(d / "private")
+    ledger = ReleaseLedger(release_ledger)
     r = _repro(d)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert len(releases.read(ledger)[0]) == 1
+    assert len(ledger.read()[0]) == 1
     # an edit of a module privatize imports but whose code cannot change its output: no re-run, no release
     for rel in ("src/dpsynth/privacy/central_mechanisms.py", "src/dpsynth/workflow/settings.py"):
         _touch(d, rel)
@@ -160,32 +175,55 @@ def test_editing_a_privatize_dependency_re_runs_it_and_the_ledger_composes_both_
     r = _repro(d)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"privatize {EXP}: 1 earlier release(s) of {DATASET}'s records" in r.stdout + r.stderr
-    got, damaged = releases.read(ledger)
+    got, damaged = ledger.read()
     assert len(got) == 2 and damaged == [] and got[0].sha256 != got[1].sha256
-    assert got[0].output == got[1].output == f"data/privatized/{EXP}.npz"
+    assert {r.status for r in got} == {"confirmed"}
+    assert got[0].output == got[1].output == str((d / f"data/privatized/{EXP}.npz").resolve())
     total = releases.compose([g for g in got if g.dataset == DATASET])
     assert total.count == 2 and total.epsilon == pytest.approx(10.0)  # 5 + 5: basic composition of local DP
     frame, _ = build_ledger(d / "results", ever=(got, damaged))
     ever = frame[frame["Released model"].str.startswith("EVER MADE")]
     assert list(ever["ε (headline)"]) == ["10.00"], frame.to_string()
     # under a total budget of 12 a third release (another 5) is refused before any noise: nothing appended
-    p = yaml.safe_load((d / "params.yaml").read_text())
-    p["total_budgets"] = {DATASET: {"epsilon": 12.0}}
-    (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    _budget(d, 12.0)
+    _touch(d, "src/dpsynth/privacy/local.py")
+    refusal = (f"dpsynth: error: total_budgets.{DATASET}: privatize {EXP} refused before any noise is drawn: 2 "
+               f"release(s) of {DATASET} spent ε 10, δ 0.0002; this release would add ε 5, δ 0.0001 -- past the "
+               "total budget (ε 12)")
+    r = _repro(d)
+    assert r.returncode != 0 and refusal in r.stderr, r.stderr[-2000:]
+    text = ledger.path.read_bytes()
+    # `make clean-results` empties the workspace's outputs, private/ included; the ledger stays, and still refuses
+    shutil.copy2(REPO / "Makefile", d / "Makefile")
+    subprocess.run(["make", "clean-results"], cwd=d, check=True, capture_output=True, timeout=120)
+    assert not (d / "private").exists() and not (d / "data" / "privatized").exists()
+    r = _repro(d)
+    assert r.returncode != 0 and refusal in r.stderr, r.stderr[-2000:]
+    assert ledger.path.read_bytes() == text  # nothing appended, nothing rewritten
+    # a temporary DVC experiment runs in another folder (under .dvc/tmp): its release lands in the same ledger
+    _budget(d, 16.0)
+    # (the workspace as git sees it, outputs left to DVC: the temporary copy is made from the commit)
+    subprocess.run(["git", "add", "-A", "--", ".", ":(exclude)data", ":(exclude)results"], cwd=d, check=True,
+                   capture_output=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "budget 16"], cwd=d,
+                   check=True, capture_output=True)
+    r = subprocess.run([venv_bin("dvc"), "exp", "run", "--temp", f"privatize@{EXP}"], cwd=d, capture_output=True,
+                       text=True, timeout=600, env=env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got, damaged = ledger.read()
+    assert len(got) == 3 and damaged == [] and got[2].status == "confirmed", got
+    assert not got[2].output.startswith(str(d.resolve() / "data")), got[2].output  # released in the temporary copy
+    # ... and the workspace's next release counts it: 15 spent, another 5 is past 16
     _touch(d, "src/dpsynth/privacy/local.py")
     r = _repro(d)
-    assert r.returncode != 0
-    assert (f"dpsynth: error: total_budgets.{DATASET}: privatize {EXP} refused before any noise is drawn: 2 "
-            f"release(s) of {DATASET} spent ε 10, δ 0.0002; this release would add ε 5, δ 0.0001 -- past the total "
-            "budget (ε 12)") in r.stderr, r.stderr[-2000:]
-    assert releases.read(ledger)[0] == got  # nothing appended, nothing rewritten
+    assert r.returncode != 0 and f"3 release(s) of {DATASET} spent ε 15" in r.stderr, r.stderr[-2000:]
 
 
 def test_train_records_its_release_and_a_budget_refuses_the_next_before_any_step(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        digits28_processed: Path) -> None:
-    """A central-DP run appends its release with its RDP curve; a retrain past the dataset's total budget is
-    refused in one line before the loop takes a step (no new release, the ledger unchanged)."""
+        digits28_processed: Path, release_ledger: Path) -> None:
+    """A central-DP run reserves, then confirms its release with its RDP curve; a retrain past the dataset's
+    total budget is refused in one line before the loop takes a step (no new release, the ledger unchanged)."""
     from dpsynth.cli import main
     from tests.conftest import digits28_smoke_params, with_digits28
 
@@ -195,18 +233,20 @@ def test_train_records_its_release_and_a_budget_refuses_the_next_before_any_step
     monkeypatch.chdir(tmp_path)
     train = ["train", "dps_digits", "--device", "cpu", "--no-progress"]
     assert main(train) == 0
-    got, _ = releases.read(releases.ledger_path(tmp_path / "private"))
+    ledger = ReleaseLedger(release_ledger)
+    got, _ = ledger.read()
     assert len(got) == 1 and got[0].stage == "train" and got[0].rdp is not None and got[0].dataset == "digits28"
+    assert got[0].status == "confirmed" and len(ledger.path.read_text().splitlines()) == 2  # reserved, confirmed
     eps = got[0].epsilon
     p["total_budgets"] = {"digits28": {"epsilon": eps * 1.5}}
     p["experiments"]["dps_digits"]["seed"] = 7  # another configuration: a retrain, a new release
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     gen = Path("models/dps_digits/generator.pt")
-    before = gen.read_bytes()
+    before, text = gen.read_bytes(), ledger.path.read_bytes()
     capsys.readouterr()
     assert main(train) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("dpsynth: error: total_budgets.digits28: train dps_digits refused before any noise is "
                           f"drawn: 1 release(s) of digits28 spent ε {eps:.4g}"), err
-    assert releases.read(releases.ledger_path(tmp_path / "private"))[0] == got
+    assert ledger.path.read_bytes() == text
     assert gen.read_bytes() == before  # nothing released

@@ -536,8 +536,7 @@ def test_cli_writes_tables_and_figures(tmp_path: Path) -> None:
 
     plt.imsave(samples_png(res, "dps_mnist"), [[0.0, 1.0], [1.0, 0.0]], cmap="gray")
     # an empty release ledger (runs made before it): the privacy ledger's EVER MADE rows still fill every cell
-    assert main(["report", "--params", str(tmp_path / "params.yaml"), "--results", str(res),
-                 "--private-out", str(tmp_path / "private")]) == 0
+    assert main(["report", "--params", str(tmp_path / "params.yaml"), "--results", str(res)]) == 0
     ledger = pd.read_csv(res / "tables" / "privacy_ledger.csv", dtype=str, keep_default_na=False)
     ever = ledger[ledger["Released model"].str.startswith("EVER MADE")]
     assert list(ever["Dataset"]) == ["mnist"] and ever.iloc[0]["Neighbours"].strip(), ledger.to_string()

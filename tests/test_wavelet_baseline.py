@@ -102,7 +102,8 @@ def _smoke_params(tmp: Path, processed: Path) -> Path:
     return path
 
 
-def test_the_method_trains_end_to_end_through_the_one_loop(tmp_path: Path, digits28_processed: Path) -> None:
+def test_the_method_trains_end_to_end_through_the_one_loop(tmp_path: Path, digits28_processed: Path,
+                                                         release_ledger: Path) -> None:
     from dpsynth.methods.entropic_wgan import local_noise
     from dpsynth.methods.wavelet_wgan import noise_std
     from dpsynth.stages.privatize import privatize
@@ -141,6 +142,37 @@ def test_the_method_trains_end_to_end_through_the_one_loop(tmp_path: Path, digit
     tuning = list((tmp_path / "private").rglob("wavelet_tuning.csv"))
     assert len(tuning) == 1 and "mse" in tuning[0].read_text().splitlines()[0]
     assert not any("mse" in p.read_text(errors="ignore") for p in out.glob("*.csv"))
+    # the release ledger: the privatization at its local epsilon, the model as no guarantee (infinite)
+    from dpsynth.privacy.ledger_store import ReleaseLedger
+
+    got, _ = ReleaseLedger(release_ledger).read()
+    assert [(r.stage, r.status) for r in got] == [("privatize", "confirmed"), ("train", "confirmed")], got
+    assert got[1].epsilon == float("inf") and got[1].note == "only approximately private", got[1]
+
+
+def test_the_wavelet_baseline_is_refused_by_any_finite_budget_before_it_reads_a_record(
+        tmp_path: Path, digits28_processed: Path, release_ledger: Path, private_reads: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An approximately private release counts as infinite epsilon (the ledger composes it so): a budget of
+    1,000 refuses it in one line, before the run reads its privatized or its clean records."""
+    from dpsynth.cli import main
+    from dpsynth.privacy.ledger_store import ReleaseLedger
+    from dpsynth.stages.privatize import privatize
+
+    params_file = _smoke_params(tmp_path, digits28_processed)
+    raw = yaml.safe_load(params_file.read_text())
+    raw["total_budgets"] = {"digits28": {"epsilon": 1000.0}}
+    params_file.write_text(yaml.safe_dump(raw))
+    privatize(load_params(params_file), "wv", str(params_file))  # the local release fits the budget
+    private_reads.clear()
+    rc = main(["train", "wv", "--params", str(params_file), "--out", str(tmp_path / "models"), "--private-out",
+               str(tmp_path / "private"), "--device", "cpu", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith("dpsynth: error: total_budgets.digits28: train wv refused before any noise is drawn: "
+                             "1 release(s) of digits28 spent ε 98.08") and "would add ε inf" in err[0], err
+    assert private_reads == [] and not (tmp_path / "models").exists()
+    assert [r.stage for r in ReleaseLedger(release_ledger).read()[0]] == ["privatize"]
 
 
 def test_the_approximately_private_label_reaches_the_tables_and_the_ledger(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from dpsynth.stages.common import DEFAULT_PARAMS, DEVICE_HELP
 if TYPE_CHECKING:
     from dpsynth.config import Params
 
-__all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_json_arg", "add_params_arg", "int_at_least", "params_from_args", "params_path",
-           "positive_int", "seed_arg"]
+__all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_json_arg", "add_ledger_moved_arg", "add_params_arg", "int_at_least",
+           "params_from_args", "params_path", "positive_int", "refuse_ledger_moved", "seed_arg"]
 
 
 #: config.base.ScaleName's values, spelt out here so parsing a command imports no pydantic
@@ -41,6 +41,24 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
     """``--json``: the stage's record on stdout instead of its one human line (``stages.common.finish``)."""
     p.add_argument("--json", action="store_true",
                    help="print the stage's record as JSON instead of one line saying what was written where")
+
+
+def add_ledger_moved_arg(p: argparse.ArgumentParser) -> None:
+    """``--private-out``, which ``privatize`` and ``report`` took only to find the release ledger under it: the
+    ledger now lives in one folder outside every workspace (``ledger_dir``), so the option is refused in one
+    line saying where the ledger is, instead of being taken for a folder to write in (hidden from --help)."""
+    p.add_argument("--private-out", dest="ledger_moved", default=None, help=argparse.SUPPRESS)
+
+
+def refuse_ledger_moved(args: argparse.Namespace, stage: str) -> None:
+    """Refuse ``--private-out`` (``add_ledger_moved_arg``) with one line, before anything is read."""
+    if args.ledger_moved is None:
+        return
+    from dpsynth.errors import DpsynthError
+
+    raise DpsynthError(f"--private-out {args.ledger_moved!r}: `dpsynth {stage}` takes no private folder; the release "
+                       "ledger it used it for lives in one folder shared by every workspace (params.yaml ledger_dir, "
+                       "or $DPSYNTH_LEDGER; see docs/privacy.md): drop the option")
 
 
 def params_from_args(args: argparse.Namespace, required: bool = True) -> Params | None:

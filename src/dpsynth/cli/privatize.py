@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import argparse
 
-from dpsynth.cli.common import add_json_arg, add_params_arg, params_from_args, params_path
+from dpsynth.cli.common import (
+    add_json_arg,
+    add_ledger_moved_arg,
+    add_params_arg,
+    params_from_args,
+    params_path,
+    refuse_ledger_moved,
+)
 from dpsynth.stages.privatize import run_privatize
 
 
 def _handle(args: argparse.Namespace) -> int:
+    refuse_ledger_moved(args, "privatize")
     params = params_from_args(args)
     assert params is not None
-    return run_privatize(params, args.experiment, params_path(args), as_json=args.json, private_out=args.private_out)
+    return run_privatize(params, args.experiment, params_path(args), as_json=args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +28,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("experiment")
     add_params_arg(p)
     add_json_arg(p)
-    p.add_argument("--private-out", default="private", metavar="DIR",
-                   help="private root: its release ledger (ledger/releases.jsonl) records every privatization "
-                        "(default: private)")
+    add_ledger_moved_arg(p)
     p.set_defaults(func=_handle)

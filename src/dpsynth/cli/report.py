@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from dpsynth.cli.common import add_params_arg, params_from_args
+from dpsynth.cli.common import add_ledger_moved_arg, add_params_arg, params_from_args, refuse_ledger_moved
 from dpsynth.stages.report import run_report
 
 
 def _report(args: argparse.Namespace) -> int:
+    refuse_ledger_moved(args, "report")
     params = params_from_args(args)
     assert params is not None
-    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures,
-                      private_out=args.private_out)
+    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output folder, replaced as a whole (default: RESULTS/tables)")
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="output folder, replaced as a whole (default: RESULTS/figures)")
-    p.add_argument("--private-out", default="private", metavar="DIR",
-                   help="private root whose release ledger (ledger/releases.jsonl) the privacy ledger composes: "
-                        "every release ever made, beside the current ones (default: private)")
+    add_ledger_moved_arg(p)
     p.set_defaults(func=_report)

@@ -168,8 +168,22 @@ class Params(Strict):
     tables: dict[Name, Table] = {}
     total_budgets: dict[Name, TotalBudget] | None = Field(
         default=None, description="dataset -> the (epsilon, delta) every release ever made from it may spend "
-        "together (privacy.releases: the release ledger under the private folder); a release past it is refused "
-        "before any noise is drawn. Unset: no total budget")
+        "together (privacy.releases: the release ledger, in ledger_dir); a release past it is refused before any "
+        "noise is drawn. Unset: no total budget")
+    ledger_dir: str | None = Field(
+        default=None, description="the release ledger's folder (privacy.ledger_store), shared by every workspace "
+        "and clean-up of the data: an absolute path (~ allowed). $DPSYNTH_LEDGER overrides it; unset: "
+        "$XDG_DATA_HOME/dpsynth/ledger, i.e. ~/.local/share/dpsynth/ledger")
+
+    @field_validator("ledger_dir")
+    @classmethod
+    def _absolute_ledger(cls, v: str | None) -> str | None:
+        """A relative folder would be one workspace's ledger: a clone or a clean-up would start a fresh one."""
+        import os
+
+        if v is not None and not os.path.isabs(os.path.expanduser(v)):
+            raise ValueError(f"{v!r}: must be an absolute path (~ allowed), a folder outside every workspace")
+        return v
 
     @field_validator("total_budgets")
     @classmethod

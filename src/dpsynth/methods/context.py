@@ -71,10 +71,11 @@ class TrainContext:
     # privatized ones. Only a method that reads clean data BY DESIGN opens it -- the wavelet baseline of
     # Reshetova et al. tunes its denoiser on it and labels itself approximately private; no other does.
     processed_path: Path | None = None
-    # Called by the loop before the first step of a run that will release (not for one already done): the
-    # train stage's check of the dataset's total budget over every release ever made (privacy.releases),
-    # so a release past it is refused before any noise is drawn. None: no total budget.
-    before_release: Callable[[], None] | None = None
+    # Called by the loop before the first step of a run that will release (not for one already done), with the
+    # checkpoint it resumes from (None: none): the train stage reserves the release in the release ledger
+    # (privacy.ledger_store), its dataset's total budget checked, so a release past it is refused before any
+    # noise is drawn (a resumed run adopts its own earlier reservation). None: nothing to reserve.
+    before_release: Callable[[dict[str, Any] | None], None] | None = None
 
     @property
     def generator_path(self) -> Path:

@@ -177,7 +177,9 @@ def run_training(ctx: TrainContext, stepper: Stepper, *, total_steps: int, guard
         if together:
             extra[TOGETHER_KEY] = together
     if ctx.before_release is not None:
-        ctx.before_release()  # the total budget over every release ever made: refused before any step or noise
+        # the release reserved in the release ledger (its total budget checked) before any step or noise; a run
+        # resuming from its checkpoint adopts the reservation of the job that drew that noise
+        ctx.before_release(state)
     run.resume()
     eps_now = epsilon_spent or run.epsilon_spent
     log = run.log

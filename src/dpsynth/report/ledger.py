@@ -27,7 +27,8 @@ import pandas as pd
 from dpsynth.paths import RUNS
 from dpsynth.privacy import accounting as acc
 from dpsynth.privacy.randomness import is_reproducible
-from dpsynth.privacy.releases import Release, compose, sha256_of
+from dpsynth.io import sha256_file
+from dpsynth.privacy.releases import CONFIRMED, Damaged, Release, compose, describe_damaged
 from dpsynth.privacy.verify import central_rdp, neighbours
 from dpsynth.report.runs import Run, fmt_number, read_run
 
@@ -48,7 +49,7 @@ def _eps_cell(eps: float) -> str:
     return "∞" if math.isinf(eps) else fmt_number(eps, 2)
 
 
-def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
+def _ever_made(dataset: str, ever: list[Release], damaged: list[Damaged],
                current: tuple[float, set[str]] | None = None) -> list[dict[str, str]]:
     """The release ledger's rows for ``dataset``: each release whose file no longer holds it (replaced by a
     re-run, or removed: it lives on wherever it was copied or pushed), then every release ever made, composed.
@@ -70,13 +71,15 @@ def _ever_made(dataset: str, ever: list[Release], damaged: list[int],
     rows = []
     for r in mine:
         path = Path(r.output)
-        if path.is_file() and sha256_of(path) == r.sha256:
+        if r.status == CONFIRMED and path.is_file() and sha256_file(path) == r.sha256:
             continue  # current: the file still holds it
-        rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} (replaced or removed; "
-                     f"sha256 {r.sha256[:12]})", "Mechanism": r.mechanism or "unknown", "Neighbours": r.neighbours or "unknown",
+        what = (f"replaced or removed; sha256 {r.sha256[:12]}" if r.status == CONFIRMED else
+                f"{r.status}: reserved, never confirmed; its noise may have been drawn, so it counts")
+        rows.append({"Dataset": dataset, "Released model": f"{r.stage} {r.name} at {r.time} ({what})",
+                     "Mechanism": r.mechanism or "unknown", "Neighbours": r.neighbours or "unknown",
                      "ε (headline)": fmt_number(r.epsilon, 2), "δ": f"{r.delta:g}",
                      "Noise": r.note or "secret"})
-    total = compose(mine, len(damaged))
+    total = compose(mine, damaged)
     relations = {r.neighbours or "unknown" for r in mine}
     eps_cell, delta_cell, how = _eps_cell(total.epsilon), "n/a" if math.isinf(total.epsilon) else f"{total.delta:g}", \
         total.how
@@ -129,17 +132,22 @@ def compose_runs(runs: list[Run]) -> RunsTogether:
     central = acc.classic_epsilon(acc.CLASSIC_ORDERS, rdp_total, delta)[0] if deltas else 0.0
     how = (f"RDP composition of {len(deltas)} central run(s) at δ={delta:g}"
            + (f" + {local_eps:g} local (basic composition)" if local_eps else ""))
+    if len(relations) > 1:
+        how += (f"; mixes neighbouring relations ({'; '.join(sorted(relations))}): each run's ε is stated "
+                "for its own relation, so this total is exact for none")
     return RunsTogether(float(central + local_eps), delta + local_delta, how, [], relations)
 
 
 def build_ledger(results: Path, runs: list[Run] | None = None,
-                 ever: tuple[list[Release], list[int]] | None = None) -> tuple[pd.DataFrame, list[str]]:
+                 ever: tuple[list[Release], list[Damaged]] | None = None,
+                 ledger: str = "the release ledger") -> tuple[pd.DataFrame, list[str]]:
     """One row per released run and one 'all of them' row per dataset; plus notes.
 
     ``runs``: the report's runs, already read and validated (``RunStore.load_all``), so the ledger
     composes exactly what the tables print; by default every ``results/runs/*/metrics.json``.
-    ``ever``: the release ledger (``privacy.releases.read``): then each dataset also gets the releases that
-    no current file holds and the composition of every release ever made from it, beside the current one."""
+    ``ever``: the release ledger (``ReleaseLedger.read``; ``ledger``: its file, for the note): then each dataset
+    also gets the releases that no current file holds and the composition of every release ever made from it,
+    beside the current one."""
     by_dataset: dict[str, list[Run]] = {}
     for run in (runs if runs is not None else _runs(results)):
         by_dataset.setdefault(str(run.metrics.get("dataset") or "unknown"), []).append(run)
@@ -173,8 +181,12 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
                         "Noise": "-"})
         if ever is not None:
             records.extend(_ever_made(dataset, ever_releases, damaged, current=(total_eps, relations)))
-    if not records:
-        records.append({"Dataset": "none", "Released model": "no evaluated run yet", "Mechanism": "n/a",
+    if damaged and not by_dataset:  # a damaged line belongs to no dataset it can be trusted for: to every one
+        records.append({"Dataset": "every dataset", "Released model": "EVER MADE: damaged ledger line(s)",
+                        "Mechanism": "not private: " + describe_damaged(damaged), "Neighbours": "unknown",
+                        "ε (headline)": "∞", "δ": "n/a", "Noise": "-"})
+    if not records:  # (not "none": the tables' never-an-empty-cell rule reads it as an empty cell)
+        records.append({"Dataset": "no dataset yet", "Released model": "no evaluated run yet", "Mechanism": "n/a",
                         "Neighbours": "n/a", "ε (headline)": "n/a", "δ": "n/a", "Noise": "n/a"})
     notes = [
         "Every run under results/runs is listed: publishing several models trained on one dataset composes.",
@@ -188,8 +200,10 @@ def build_ledger(results: Path, runs: list[Run] | None = None,
         "composed row lists every relation among its runs, each run's guarantee holding for its own.",
     ]
     if ever is not None:
-        notes.append("EVER MADE: every release the release ledger (private/ledger/releases.jsonl) records for the "
-                     "dataset -- privatizations, trained models, re-runs included -- composed the same way; a release "
-                     "a re-run replaced still exists wherever it was copied or pushed, so it still counts"
-                     + (f"; damaged ledger lines {damaged} count as releases without a guarantee" if damaged else ""))
+        notes.append(f"EVER MADE: every release the release ledger ({ledger}, shared by every workspace) records "
+                     "for the dataset -- privatizations, trained models, re-runs, reservations of jobs that never "
+                     "confirmed included -- composed the same way; a release a re-run replaced still exists wherever "
+                     "it was copied or pushed, so it still counts"
+                     + (f"; damaged ledger lines ({'; '.join(str(d) for d in damaged)}) count as releases without a "
+                        "guarantee" if damaged else ""))
     return pd.DataFrame.from_records(records), notes

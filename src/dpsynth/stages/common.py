@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: The parameters file a stage reads when none is named.
 DEFAULT_PARAMS = "params.yaml"
+#: The workspace's folders (relative to where a stage runs) that re-runs and `make clean-results` empty: the
+#: release ledger may lie in none of them (``ReleaseLedger.check``), nor in a stage's own output folders.
+CLEANED_FOLDERS = (("results", "results"), ("private", "private"), ("models", "models"), ("logs", "logs"),
+                   (".snakemake", ".snakemake"), ("benchmarks/jobs", "benchmarks/jobs"))
 
 
 def finish(line: str, record: object, as_json: bool = False) -> None:

@@ -41,10 +41,11 @@ def _check_replaceable(folder: Path, flag: str) -> None:
 
 
 def run_report(params: Params, *, results: str = "results", models: str = "models", tables: str | None = None,
-               figures: str | None = None, private_out: str = "private") -> int:
+               figures: str | None = None) -> int:
     """Build every table and figure from RESULTS' metrics.json files into ``tables`` and ``figures``
     (default: RESULTS/tables and RESULTS/figures), each folder replaced as a whole; ``models`` holds
-    the runs' training logs (the training curves)."""
+    the runs' training logs (the training curves). The privacy ledger also composes every release the
+    release ledger (``ledger_dir``, shared by every workspace) records."""
     from dpsynth.io import staged_dir
     from dpsynth.report.figures import make_figures
     from dpsynth.report.ledger import LEDGER, build_ledger
@@ -68,10 +69,11 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     configured = {name: (exp.dataset, exp.method) for name, exp in params.all_experiments().items()}
     store = RunStore.load_all(results_dir, configured)  # every metrics.json verified and validated, or nothing
     built = build_tables(params, results_dir, store)  # every table validated before anything is written
-    from dpsynth.privacy.releases import ledger_path, read
+    from dpsynth.privacy.ledger_store import ReleaseLedger
 
-    # every release ever made (the release ledger under the private root), beside the current runs
-    frame, notes = build_ledger(results_dir, store.runs(), ever=read(ledger_path(private_out)))
+    # every release ever made (the release ledger, shared by every workspace), beside the current runs
+    ledger = ReleaseLedger.configured(params.ledger_dir)
+    frame, notes = build_ledger(results_dir, store.runs(), ever=ledger.read(), ledger=str(ledger.path))
     built[LEDGER] = BuiltTable(LEDGER, "Privacy ledger: every released model per dataset, composed",
                                "ours (no paper counterpart)", frame, notes, ours=len(frame))
     with contextlib.ExitStack() as stack:

@@ -2,9 +2,11 @@
 cells together on one device (``sweeps.<name>.train_together``).
 
 Privacy-relevant order: every folder a run writes (``out`` when it releases, and ``private_out``) is
-checked before the parameters are loaded and before any private record is read; a run trains and
-releases under its per-run lock (``RunLock`` on its private run directory); the noise comes from
-``params.privacy_noise`` (secret OS entropy unless ``reproducible``).
+checked before the parameters are loaded and before any private record is read, and so is the release
+ledger (``stages.train_ledger``: a ledger that cannot record, or a fresh run past its dataset's total
+budget, is refused then); a run trains and releases under its per-run lock (``RunLock`` on its private run
+directory), its release reserved in the ledger before the first step and confirmed after; the noise comes
+from ``params.privacy_noise`` (secret OS entropy unless ``reproducible``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from dpsynth.errors import DpsynthError, did_you_mean
 from dpsynth.locations import check_apart
-from dpsynth.stages.common import DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
+from dpsynth.stages.common import CLEANED_FOLDERS, DEFAULT_PARAMS, finish, prepare_cpu, get_experiment, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.methods.context import TrainContext
+    from dpsynth.stages.train_ledger import RunLedger
 
 #: Where `train` writes when no --out / --private-out is given (the pipeline's layout).
 DEFAULT_OUT, DEFAULT_PRIVATE = "models", "private"
@@ -48,14 +51,27 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
     """The run's TrainContext. Every folder it will write (``out`` when it ``releases``, and
     ``private_out``) is checked before the parameters file is read and before any private record is.
     ``params_file`` (with ``scale``, the scale override) is loaded here, after those checks;
-    ``checkpoint_every`` None keeps the method's interval."""
+    ``checkpoint_every`` None keeps the method's interval. A run that ``releases`` reserves its release in the
+    release ledger before its first step (``TrainContext.before_release``)."""
+    return context_and_ledger(experiment, out=out, private_out=private_out, params_file=params_file, scale=scale,
+                              seed=seed, device=device, progress=progress, checkpoint_every=checkpoint_every,
+                              max_steps_this_run=max_steps_this_run, releases=releases)[0]
+
+
+def context_and_ledger(experiment: str, *, out: str, private_out: str, params_file: str = DEFAULT_PARAMS,
+                       scale: str | None = None, seed: int | None = None, device: str = "auto",
+                       progress: bool = True, checkpoint_every: int | None = None,
+                       max_steps_this_run: int | None = None,
+                       releases: bool = True) -> tuple[TrainContext, RunLedger | None]:
+    """:func:`build_context`, and the run's place in the release ledger (None when it does not ``release``),
+    checked after the parameters are loaded and before any record is read."""
     import numpy as np
     import torch
 
     from dpsynth.config import load_params, resolve_run
     from dpsynth.data.dataset import Dataset, load_processed
     from dpsynth.locations import check_writable_dir
-    from dpsynth.methods.context import TrainContext
+    from dpsynth.methods.context import CHECKPOINT_FILE, GENERATOR_FILE, TrainContext
     from dpsynth.paths import private_run_dir, warmstart_dir
     from dpsynth.privacy.randomness import NoiseSource
 
@@ -67,6 +83,16 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
     prepare_cpu(params)
     get_experiment(params, experiment, params_file)  # an unknown name: the closest configured ones
     run = resolve_run(params, experiment, seed=seed)
+    ledger = None
+    if releases:  # before any record is read: a ledger that cannot record, or a fresh run past its budget
+        from dpsynth.privacy.ledger_store import ReleaseLedger
+        from dpsynth.stages.train_ledger import RunLedger
+
+        private_dir = private_run_dir(private_out, experiment)
+        ledger = RunLedger(ReleaseLedger.configured(params.ledger_dir), params, run, experiment, private_dir,
+                           Path(out) / experiment / GENERATOR_FILE)
+        ledger.check(private_dir / CHECKPOINT_FILE, ("--out", out), ("--private-out", private_out),
+                     ("data.root", params.data.root), *CLEANED_FOLDERS)
     if run.experiment.local is not None and not run.data.is_file():
         raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {experiment}`)")
     full = load_processed(run.data)
@@ -76,7 +102,7 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
     data = Dataset(full.name, x, y, full.x_test[:0], full.y_test[:0], full.num_classes)
     np.random.seed(run.seed)
     torch.manual_seed(run.seed)
-    return TrainContext(
+    ctx = TrainContext(
         name=experiment, experiment=run.experiment, preset=run.preset, scale=run.scale, seed=run.seed,
         data=data, out_dir=Path(out) / experiment, privacy_plan=run.privacy,
         device=device_, progress=progress, scale_overrides=run.overrides,
@@ -87,8 +113,9 @@ def build_context(experiment: str, *, out: str, private_out: str, params_file: s
         max_steps_this_run=max_steps_this_run,
         processed_path=(Path(params.data.root) / "processed" / f"{run.experiment.dataset}.npz"
                         if run.experiment.local is not None else None),
-        before_release=budget_check(params, run, experiment, private_out),
+        before_release=None if ledger is None else ledger.reserve,
     )
+    return ctx, ledger
 
 
 def run_train(experiment: str, *, out: str | None, private_out: str | None, params_file: str = DEFAULT_PARAMS,
@@ -99,76 +126,28 @@ def run_train(experiment: str, *, out: str | None, private_out: str | None, para
     happened in one line (``as_json``: the summary as JSON)."""
     from dpsynth.locations import RunLock
     from dpsynth.methods.context import SUMMARY_FILE
-
     from dpsynth.paths import private_run_dir
+    from dpsynth.privacy.ledger_store import settled
 
     out, private_out = resolve_output_roots(out, private_out)
     RunLock(private_run_dir(private_out, experiment), f"experiment {experiment}").check()  # before any record is read
-    ctx = build_context(experiment, out=out, private_out=private_out, params_file=params_file, scale=scale,
-                        seed=seed, device=device, progress=progress, checkpoint_every=checkpoint_every,
-                        max_steps_this_run=max_steps_this_run)
+    ctx, ledger = context_and_ledger(experiment, out=out, private_out=private_out, params_file=params_file,
+                                     scale=scale, seed=seed, device=device, progress=progress,
+                                     checkpoint_every=checkpoint_every, max_steps_this_run=max_steps_this_run)
+    assert ledger is not None
     # run_train writes the summary after the method returns: a finished run lacking it is not done
     ctx.also_released = (ctx.out_dir / SUMMARY_FILE,)
     trainer = ctx.experiment.spec.load_trainer()
     with RunLock(ctx.private_dir, f"experiment {ctx.name}"):
-        summary = _run_locked(ctx, trainer)
+        # a failure after the reservation marks it failed: still counted (its noise may have been drawn)
+        with settled(ledger.ledger, ledger.held, lambda: True):
+            summary = _run_locked(ctx, trainer)
         if summary["finished"] and not summary["already_done"]:
-            record_release(ctx, private_out)
+            ledger.confirm(ctx)
+        elif summary["already_done"] and ledger.record_found(ctx):
+            summary["recorded"] = str(ledger.ledger.path)
     finish(train_message(ctx, summary), summary, as_json)
     return 0
-
-
-def budget_check(params: Any, run: Any, experiment: str, private_out: str) -> Any:
-    """The run's check of its dataset's total budget (``total_budgets``), for the loop to call before the
-    first step (``TrainContext.before_release``); None without a budget, or for a local-DP run, whose
-    training is post-processing of the privatized records (the privatize stage checked and recorded it)."""
-    import math
-
-    from dpsynth.privacy import releases
-
-    dataset = run.experiment.dataset
-    budget = (params.total_budgets or {}).get(dataset)
-    if budget is None or run.experiment.local is not None:
-        return None
-    plan = run.privacy
-    no_guarantee = plan.mode == "non_private" or params.privacy_noise == "reproducible"
-    adds = (math.inf, 0.0) if no_guarantee else (float(plan.epsilon), float(plan.delta or 0.0))
-    ledger = releases.ledger_path(private_out)
-
-    def check() -> None:
-        known, damaged = releases.read(ledger)
-        releases.check_budget(dataset, budget, known, len(damaged), adds, f"train {experiment}")
-
-    return check
-
-
-def record_release(ctx: TrainContext, private_out: str) -> None:
-    """Append the run's release to the release ledger (``privacy.releases``): a central-DP model with its RDP
-    curve, or one without a guarantee (non-private, replayable noise, only approximately private) as
-    infinite. A model trained on privatized records alone is post-processing of the privatize stage's
-    release, which the ledger already holds: nothing to add."""
-    import math
-
-    from dpsynth.io import read_json
-    from dpsynth.privacy import releases
-    from dpsynth.privacy.randomness import is_reproducible
-    from dpsynth.privacy.verify import central_rdp, neighbours
-
-    report = read_json(ctx.privacy_path)
-    rdp = central_rdp(report, str(ctx.privacy_path))
-    head = report.get("headline")
-    eps = float((report.get("epsilon") or {}).get(head, math.inf)) if head else math.inf
-    approx = bool((report.get("extra") or {}).get("approximately_private"))
-    free = is_reproducible(report) or approx or math.isinf(eps)
-    if ctx.experiment.local is not None and not free:
-        return
-    note = ("reproducible noise: not private" if is_reproducible(report) else
-            "only approximately private" if approx else "no guarantee" if math.isinf(eps) else "")
-    releases.append(releases.ledger_path(private_out), releases.Release(
-        dataset=ctx.experiment.dataset, stage="train", name=ctx.name, mechanism=str(report.get("mechanism")),
-        epsilon=math.inf if free else eps, delta=float(report.get("delta") or 0.0), neighbours=neighbours(report),
-        output=str(ctx.generator_path), sha256=releases.sha256_of(ctx.generator_path),
-        rdp=None if free or rdp is None else [float(v) for v in rdp], note=note))
 
 
 def train_message(ctx: TrainContext, summary: dict) -> str:
@@ -179,8 +158,10 @@ def train_message(ctx: TrainContext, summary: dict) -> str:
 
     name, steps, total = ctx.name, summary["steps"], summary["total_steps"]
     if summary.get("already_done"):
+        recorded = (f"; it was missing from the release ledger: recorded it in {summary['recorded']}"
+                    if summary.get("recorded") else "")
         return (f"train {name}: already done ({steps} steps; {ctx.generator_path} matches its checkpoint), "
-                "nothing trained")
+                f"nothing trained{recorded}")
     took = f"{summary['steps_this_run']} steps in {format_duration(summary['wall_seconds'])}"
     if not summary["finished"]:
         return (f"train {name}: stopped as asked after {took} (--max-steps-this-run), at step {steps}/{total}; "
@@ -265,19 +246,31 @@ def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summari
     if not sweep.train_together:
         return
     from dpsynth.methods.dp_sinkhorn.together import group_by_shape, resume_step, train_together
+    from dpsynth.privacy.ledger_store import settled
+    from dpsynth.stages.train_ledger import reserve_cells
 
-    ctxs = []
+    ctxs, ledgers = [], []
     for cell in cells:  # each cell as its own `dpsynth train CELL` would run it (its seed, the method's interval)
-        ctxs.append(build_context(cell, out=out, private_out=private_out, params_file=params_file, scale=scale,
-                                  device=device, progress=progress))
+        ctx, ledger = context_and_ledger(cell, out=out, private_out=private_out, params_file=params_file,
+                                         scale=scale, device=device, progress=progress)
+        assert ledger is not None
+        ctxs.append(ctx)
+        ledgers.append(ledger)
     at = [resume_step(c) for c in ctxs]  # each cell's checkpoint read once here (None: finished)
     todo = [(c, step) for c, step in zip(ctxs, at) if step is not None]
     summaries.update({c.name: {"experiment": c.name, "already_trained": True} for c, step in zip(ctxs, at)
                       if step is None})
+    if not todo:
+        return
+    # every cell's release reserved at once, before the group's first step (each cell's `dpsynth train`
+    # adopts its reservation when it releases the cell); a failure after it marks them failed, still counted
+    held = reserve_cells(ledgers[0].ledger, [lg for lg, step in zip(ledgers, at) if step is not None],
+                         [bool(step) for _, step in todo], sweep_name)
     todo_ctxs = [c for c, _ in todo]
-    for k, idx in enumerate(group_by_shape(todo_ctxs, [step for _, step in todo]) if todo else []):
-        group = [todo_ctxs[i] for i in idx]
-        t0 = time.perf_counter()
-        for s in train_together(group, f"group{k}", forward_mode=forward_mode):
-            s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
-            summaries[s["experiment"]] = s
+    with settled(ledgers[0].ledger, held, lambda: True):
+        for k, idx in enumerate(group_by_shape(todo_ctxs, [step for _, step in todo])):
+            group = [todo_ctxs[i] for i in idx]
+            t0 = time.perf_counter()
+            for s in train_together(group, f"group{k}", forward_mode=forward_mode):
+                s["group_wall_seconds"] = round(time.perf_counter() - t0, 2)
+                summaries[s["experiment"]] = s

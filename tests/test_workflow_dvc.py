@@ -88,8 +88,10 @@ def test_a_sweep_of_explicit_cells_is_a_foreach_over_them():
     raw["pipeline"]["sweeps"] = ["pm_mnist"]  # the NeurIPS Table 4 cells
     stages = dvc_stages(parse_params(raw))["stages"]
     assert stages["train_pm_mnist"]["foreach"] == "${sweeps.pm_mnist.cells}"
-    assert stages["evaluate_pm_mnist"]["cmd"] == ("dpsynth --record-settings results/settings/evaluate/pm_mnist-p${item.p}"
-                                                  "-m${item.m}.json evaluate pm_mnist-p${item.p}-m${item.m} --params params.yaml")
+    assert stages["evaluate_pm_mnist"]["foreach"] == "${sweeps.pm_mnist.cells}"  # DVC wants foreach with do:
+    cmd = stages["evaluate_pm_mnist"]["do"]["cmd"]
+    assert cmd == ("dpsynth --record-settings results/settings/evaluate/pm_mnist-p${item.p}-m${item.m}.json "
+                   "evaluate pm_mnist-p${item.p}-m${item.m} --params params.yaml")
 
 
 def test_a_sweep_whose_cells_need_different_warm_starts_is_refused_by_name():

@@ -421,8 +421,11 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):
         cell = json.loads((d / "results/runs/pm_fmnist_quick-p1.0-m1/metrics.json").read_text())
         assert cell["train"]["hparams"]["p"] == 1.0 and cell["train"]["hparams"]["m"] == 1
         w2 = (d / "results/w2_noise/fashion_mnist.csv").read_text().splitlines()
-        assert len(w2) == 1 + 3 and w2[0].startswith("loss,noise_std,role,seed,w2")  # 3 losses x 1 noise level
-        fig5 = pd.read_csv(d / "results/w2_noise/fashion_mnist.csv")  # both panels of Fig. 5 on images
+        # 3 losses x 1 noise level, then the 4 reference rows (real, blurred, shrunk, mean image)
+        assert len(w2) == 1 + 3 + 4 and w2[0].startswith("loss,noise_std,role,seed,w2")
+        every = pd.read_csv(d / "results/w2_noise/fashion_mnist.csv")
+        assert list(every["role"]) == ["figure"] * 3 + ["reference"] * 4
+        fig5 = every[every["role"] == "figure"]  # both panels of Fig. 5 on images
         assert (fig5["entropic_w2_privatized"] > 0).all() and fig5["entropic_w2_privatized_clean"].nunique() == 1
         table = (d / "results/tables/pm_grid_fmnist.md").read_text()
         assert "pm_fmnist_quick-p1.0-m1" in table

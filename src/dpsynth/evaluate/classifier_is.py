@@ -58,24 +58,23 @@ def inception_score(probs: np.ndarray, splits: int = SPLITS) -> dict[str, Any]:
     return {"mean": float(np.mean(scores)), "std": float(np.std(scores)), "splits": scores}
 
 
-class ISClassifierCache:
-    """The IS network of one dataset at one setting, trained on the real training split (the
-    ``train_subset`` images ``subset_indices`` draws with ``seed``: the draw a real-data row's
-    classifiers make), cached in ``cache_dir`` under the SHA-256 of those images, their labels and
-    the fit's settings -- other data or settings can never be served a stale network. The device it
-    was fitted on is not part of the key: a network fitted on the GPU serves a CPU job and vice versa
-    (the same fit up to float rounding), and ``device`` is where this job runs and predicts with it.
+class ClassifierCache:
+    """One fitted CNN (``classifiers.fit_classifier``) of the images ``x`` and labels ``y``, cached in
+    ``cache_dir`` under the SHA-256 of those images, their labels and the fit's settings -- other data or
+    settings can never be served a stale network. The device it was fitted on is not part of the key: a
+    network fitted on the GPU serves a CPU job and vice versa (the same fit up to float rounding), and
+    ``device`` is where this job runs and predicts with it. ``trained_on`` says in the record which data
+    it learnt from (the IS network: the real training split; ``closeness``: half of the test split).
 
     ``get`` loads it or fits and stores it; ``store`` keeps a fit made elsewhere with the very same
-    arguments (the real-data row's CNN, handed over by ``train_and_score(on_fitted=...)``)."""
+    arguments."""
 
-    def __init__(self, real: Dataset, cache_dir: str | Path | None, *, max_epochs: int,
-                 train_subset: int | None, seed: int = 0, device: str = "cpu") -> None:
-        self.real, self.max_epochs, self.seed, self.device = real, max_epochs, seed, device
+    def __init__(self, x: np.ndarray, y: np.ndarray, num_classes: int, cache_dir: str | Path | None, *,
+                 max_epochs: int, seed: int = 0, device: str = "cpu", trained_on: str) -> None:
+        self.x, self.y, self.num_classes = x, y, num_classes
+        self.max_epochs, self.seed, self.device, self.trained_on = max_epochs, seed, device, trained_on
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        idx = subset_indices(len(real.x_train), train_subset, seed)
-        self.x, self.y = (real.x_train, real.y_train) if idx is None else (real.x_train[idx], real.y_train[idx])
-        h = hashlib.sha256(f"{_FORMAT}|{KIND}|{seed}|{max_epochs}|{self.x.shape}|{real.num_classes}|".encode())
+        h = hashlib.sha256(f"{_FORMAT}|{KIND}|{seed}|{max_epochs}|{self.x.shape}|{num_classes}|".encode())
         h.update(np.ascontiguousarray(self.x).tobytes())
         h.update(np.ascontiguousarray(self.y).astype(np.int64).tobytes())
         self.key = h.hexdigest()
@@ -114,7 +113,7 @@ class ISClassifierCache:
             return None  # unreadable or from another layout: refitted and replaced
         net.eval()
         return FittedClassifier(
-            kind=KIND, model=net, image_shape=shape, num_classes=self.real.num_classes,  # type: ignore[arg-type]
+            kind=KIND, model=net, image_shape=shape, num_classes=self.num_classes,  # type: ignore[arg-type]
             n_train=n_train, n_holdout=len(self.x) - n_train, epochs_run=epochs, best_epoch=None, iterations=None,
             converged=True, holdout_loss=None, holdout_accuracy=None if np.isnan(hold) else hold, fit_seconds=0.0,
             device=self.device)
@@ -125,14 +124,30 @@ class ISClassifierCache:
         fitted, cached = self._load(), True
         if fitted is None:
             cached = False
-            fitted = fit_classifier(KIND, self.x, self.y, num_classes=self.real.num_classes, seed=self.seed,
+            fitted = fit_classifier(KIND, self.x, self.y, num_classes=self.num_classes, seed=self.seed,
                                     max_epochs=self.max_epochs, device=self.device)
             self.store(fitted)
         # (no part of ``key`` in the record: a hash of the training subset would confirm a guess of those records)
-        return fitted, {"kind": KIND, "trained_on": "real training split", "n_train": fitted.n_train,
+        return fitted, {"kind": KIND, "trained_on": self.trained_on, "n_train": fitted.n_train,
                         "n_holdout": fitted.n_holdout, "max_epochs": self.max_epochs, "epochs_run": fitted.epochs_run,
                         "holdout_accuracy": fitted.holdout_accuracy, "seed": self.seed, "cached": cached,
                         "device": fitted.device, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+class ISClassifierCache(ClassifierCache):
+    """The IS network of one dataset at one setting, trained on the real training split (the
+    ``train_subset`` images ``subset_indices`` draws with ``seed``: the draw a real-data row's
+    classifiers make). Cached under the private root, as the FID reference statistics are: it was fitted
+    on the private training images. ``store`` keeps the real-data row's CNN (handed over by
+    ``train_and_score(on_fitted=...)``), fitted with these very arguments."""
+
+    def __init__(self, real: Dataset, cache_dir: str | Path | None, *, max_epochs: int,
+                 train_subset: int | None, seed: int = 0, device: str = "cpu") -> None:
+        self.real = real
+        idx = subset_indices(len(real.x_train), train_subset, seed)
+        x, y = (real.x_train, real.y_train) if idx is None else (real.x_train[idx], real.y_train[idx])
+        super().__init__(x, y, real.num_classes, cache_dir, max_epochs=max_epochs, seed=seed, device=device,
+                         trained_on="real training split")
 
 
 def classifier_is(image_sets: list[np.ndarray], cache: ISClassifierCache, *, n_images: int | None,

@@ -34,9 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"
@@ -107,15 +110,6 @@ class Estimate:
     @classmethod
     def single(cls, value: float) -> Estimate:
         return cls(float(value), None, math.nan, "1 value, no noise estimate", 1)
-
-    @classmethod
-    def pooled(cls, estimates: Sequence[Estimate]) -> Estimate:
-        """Several estimates of one quantity from repeated training runs (each a run): ``of_runs`` of their
-        values when there are several; one estimate stays as it is (its own error, if any)."""
-        ok = [e for e in estimates if math.isfinite(e.value)]
-        if len(ok) == 1:
-            return ok[0]
-        return cls.of_runs(e.value for e in ok)
 
 
 @dataclass(frozen=True)
@@ -224,16 +218,9 @@ def lowest(target: str, estimates: dict[str, Estimate], *, what: str = "") -> Ve
     return all_of(parts, what or f"{target} lowest")
 
 
-def count(verdict: Verdict) -> str:
-    """``2 of 4 hold, 1 does not, 1 undecided`` over a combined verdict's parts."""
-    parts = verdict.parts or (verdict,)
-    held = sum(p.verdict == HOLDS for p in parts)
-    against = sum(p.verdict == DOES_NOT_HOLD for p in parts)
-    return f"{held} of {len(parts)} hold, {against} do not, {len(parts) - held - against} undecided"
-
-
-def _leaves(v: Verdict) -> list[Verdict]:
-    return [leaf for p in v.parts for leaf in _leaves(p)] if v.parts else [v]
+def leaves(v: Verdict) -> list[Verdict]:
+    """The single comparisons under a combined verdict (itself when it has no parts)."""
+    return [leaf for p in v.parts for leaf in leaves(p)] if v.parts else [v]
 
 
 def claim_note(source: str, claim: str, verdict: Verdict, *, details: str = "", digits: int = 3) -> str:
@@ -242,7 +229,7 @@ def claim_note(source: str, claim: str, verdict: Verdict, *, details: str = "", 
     parts = verdict.parts or (verdict,)
     said = "; ".join(p.text(digits) for p in parts)
     tail = f" {details}" if details else ""
-    rules = sorted({leaf.rule for leaf in _leaves(verdict)})
+    rules = sorted({leaf.rule for leaf in leaves(verdict)})
     combined = f"; combined: {verdict.rule}" if verdict.parts else ""
     return f"Claim ({source}): {claim}. Ours: {verdict.verdict} -- {said}.{tail} Rule: {' / '.join(rules)}{combined}."
 
@@ -284,13 +271,12 @@ def estimate_of_records(records: Sequence[dict | None]) -> Estimate:
     return Estimate(math.nan, None, math.nan, "no run", 0)
 
 
-def estimate_of_rows(rows: object, column: str) -> Estimate:
+def estimate_of_rows(rows: pd.DataFrame, column: str) -> Estimate:
     """A quantity of a sweep CSV's rows for one setting (a pandas frame; each row a training run): the runs'
     spread when there are several; one row with ``{column}_draw_std`` and ``{column}_draws`` beside it: that
     bootstrap; else one value."""
     import pandas as pd
 
-    assert isinstance(rows, pd.DataFrame)
     v = rows[column].astype(float)
     v = v[np.isfinite(v)]
     if len(v) >= 2:

@@ -19,6 +19,7 @@ sweep's ``w2_draw_std``), and the note says so; with neither, the claim is undec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ import pandas as pd
 
 from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE
 from dpsynth.report.claims import (
+    UNDECIDED,
     Estimate,
     Verdict,
     all_of,
@@ -33,6 +35,7 @@ from dpsynth.report.claims import (
     compare,
     estimate_of_rows,
     fit_line,
+    leaves,
     lowest,
 )
 
@@ -57,8 +60,7 @@ def smallest_decided(verdict: Verdict | None) -> float | None:
     count must not move a compared quantity by (issue: twice the steps may not change what the table decides)."""
     if verdict is None:
         return None
-    leaves = [leaf for part in (verdict.parts or (verdict,)) for leaf in (part.parts or (part,))]
-    decided = [abs(v.difference) for v in leaves if v.verdict != "undecided" and v.difference == v.difference]
+    decided = [abs(v.difference) for v in leaves(verdict) if v.verdict != UNDECIDED and math.isfinite(v.difference)]
     return min(decided) if decided else None
 
 

@@ -240,3 +240,50 @@ def test_the_sweeps_log_names_each_run_and_prints_none_of_its_w2(tmp_path: Path,
     values += [float(v) for v in rows.loc[rows["role"] == "reference", "w2"]]
     assert len(values) == 6 + 1 and printed_values(values, log) == []
     assert log.count("noise 0.2") == 2 and OUTSIDE_GUARANTEE in log
+
+
+def _mean_and_count(records: np.ndarray, seed: int) -> dict[str, float]:
+    """A stand-in second measure (module level: the worker processes unpickle it by name)."""
+    return {"kid": float(records.mean()) + seed, "precision": float(len(records))}
+
+
+def test_the_second_measure_reads_the_draw_w2_reads_in_any_process_and_keys_the_cache(tmp_path: Path) -> None:
+    """Issue 64 item 3: the second measure (evaluate.closeness.CloseToClean in the stage) is taken on each generator's
+    first sample draw -- the same n_eval records as the row's W2 -- in the pool's workers as in one process, and a
+    sweep cached without it is trained again with it rather than served rows that lack it."""
+    from dpsynth.evaluate.w2 import noise_sweep
+
+    rng = np.random.default_rng(0)
+    train, ref = _half_circle(rng, 300), _half_circle(rng, 120)
+    kw = dict(losses=["entropic", "exact"], steps=3, batch_size=40, sinkhorn_iters=10, n_eval=40, seeds=(0, 3))
+    cache = tmp_path / "runs"
+    plain = noise_sweep(train, ref, [0.2], cache_dir=cache, **kw)
+    assert all("kid" not in r for r in plain)
+    seen: list[int] = []
+    one = noise_sweep(train, ref, [0.2], extra=_mean_and_count, extra_name="stand-in", cache_dir=cache,
+                      on_step=lambda: seen.append(1), **kw)
+    assert len(seen) == 4 * 3  # the cached rows without the measure were not served
+    pooled = noise_sweep(train, ref, [0.2], extra=_mean_and_count, extra_name="stand-in", workers=2, **kw)
+    for a, b, p in zip(one, pooled, plain):
+        assert a["kid"] == b["kid"] and a["precision"] == 40.0  # n_eval records, as W2 reads
+        assert a["w2"] == p["w2"]  # the measure changes nothing else
+        # the records it saw are the first draw's, the samples the row keeps are their first rows
+        assert abs(a["kid"] - a["seed"] - np.mean(a["samples"])) < 1.0
+
+
+def test_the_sweeps_second_measure_pickles_with_its_network(tmp_path: Path) -> None:
+    """CloseToClean travels to the W2 sweep's spawned workers: it pickles, and the copy measures what the original
+    does (digits28's test split stands in for MNIST's; the network is fitted on half of it)."""
+    import pickle
+
+    from dpsynth.data.dataset import images_to_signed
+    from dpsynth.evaluate.closeness import ROW_FIELDS, CloseToClean, FeatureSpace
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (80, 1, 8, 8), dtype=np.uint8)
+    y = np.arange(80) % 4
+    space = FeatureSpace.from_test_split(x, y, 4, cache_dir=tmp_path, max_epochs=1)
+    measure = CloseToClean(space)
+    records = images_to_signed(x[:30].reshape(30, -1))
+    got, copy = measure(records, 2), pickle.loads(pickle.dumps(measure))(records, 2)
+    assert set(got) == set(ROW_FIELDS) and got == copy

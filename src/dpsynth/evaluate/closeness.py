@@ -55,7 +55,7 @@ from dpsynth.data.dataset import images_to_signed
 from dpsynth.errors import DataError
 from dpsynth.evaluate.classifiers import FittedClassifier
 
-__all__ = ["FeatureSpace", "closeness", "reference_sets", "reference_rows", "split_test", "REFERENCES",
+__all__ = ["FeatureSpace", "closeness", "CloseToClean", "ROW_FIELDS", "closeness_of_sets", "reference_sets", "reference_rows", "split_test", "REFERENCES",
            "SPACE_SEED", "MAX_EPOCHS", "PR_DRAWS", "FEATURES"]
 
 #: Seeds the split of the test split into the network's half and the reference half, and the network's fit.
@@ -169,6 +169,36 @@ def closeness(generated_records: np.ndarray, *, seed: int, space: FeatureSpace) 
             "kid_subset_size": k["subset_size"], "precision": float(np.mean(p)), "precision_std": float(np.std(p)),
             "recall": float(np.mean(r)), "recall_std": float(np.std(r)), "pr_draws": draws, "pr_k": prs[0]["k"],
             "n": len(g), "seed": seed, "space": space.info}
+
+
+#: The columns ``CloseToClean`` adds to a sweep's row (the W2 sweep's CSV, the reference rows).
+ROW_FIELDS = ("kid", "kid_subset_std", "precision", "recall")
+
+
+@dataclass(frozen=True)
+class CloseToClean:
+    """The second measure as a callable a sweep applies to each generator's first sample draw (and to each
+    reference set): ``(records, seed) -> {kid, kid_subset_std, precision, recall}``. Picklable (the fitted
+    network travels to the W2 sweep's worker processes once, with the worker's data)."""
+
+    space: FeatureSpace
+
+    def __call__(self, records: np.ndarray, seed: int) -> dict[str, float]:
+        m = closeness(records, seed=seed, space=self.space)
+        return {k: float(m[k]) for k in ROW_FIELDS}
+
+
+def closeness_of_sets(sets: list[np.ndarray], x_test: np.ndarray, y_test: np.ndarray, num_classes: int, *,
+                      n: int = 1000) -> dict[str, Any]:
+    """A run's second measure beside its W2 (``metrics.json``'s ``w2.closeness``): per synthetic set (uint8
+    images), ``closeness`` of its first ``n`` records; KID, precision and recall each as mean and std over the
+    sets (``record.mean_std``), the feature space named. Reads the test split only (``FeatureSpace``)."""
+    from dpsynth.evaluate.record import mean_std
+
+    space = FeatureSpace.from_test_split(x_test, y_test, num_classes)
+    per = [CloseToClean(space)(images_to_signed(x[:n].reshape(min(n, len(x)), -1)), k) for k, x in enumerate(sets)]
+    return {**{key: mean_std([m[key] for m in per]) for key in ("kid", "precision", "recall")},
+            "n_points": min(n, *(len(x) for x in sets)), "features": FEATURES, "space": space.info}
 
 
 def reference_sets(images: np.ndarray, labels: np.ndarray, *, n: int = 1000, seed: int) -> dict[str, np.ndarray]:

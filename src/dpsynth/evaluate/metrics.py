@@ -385,6 +385,10 @@ def evaluate_synthetic(paths: list[Path], real: Dataset, *, kinds: list[str], ma
                                     sources=list(paths), test_subset=test_subset, device=device), None
     else:
         clf, w2 = {}, w2_scores([x for x, _ in sets], real, sources=list(paths), train=train_records)
+        if real.is_image:  # the second measure beside W2, which rewards blur (evaluate.closeness)
+            from dpsynth.evaluate.closeness import closeness_of_sets
+
+            w2["closeness"] = closeness_of_sets([x for x, _ in sets], real.x_test, real.y_test, real.num_classes)
     t2 = time.perf_counter()
     protocol = gswgan is not None and conditional and real.is_image
     fid = fid_scores([x for x, _ in sets], real, n_samples=fid_samples, weights=fid_weights,

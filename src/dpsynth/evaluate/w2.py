@@ -166,10 +166,13 @@ def level_stats(clean_train: np.ndarray, clean_ref: np.ndarray, s: float, level:
 
 
 def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarray, settings: dict[str, Any],
-                    on_step: Callable[[], None] | None = None) -> dict[str, Any]:
+                    on_step: Callable[[], None] | None = None,
+                    extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train ``run``'s generator on its privatized records (cost ``||x-y||^2``, temperature
     ``2 s^2``) and score it: W2 to the clean held-out records and the entropic W2 to the privatized
-    held-out ones. Depends only on its arguments (seeded), so it gives the same row in any process."""
+    held-out ones; ``extra(records, seed)`` adds further measures of the same first sample draw W2 reads
+    (the second measure, ``closeness.CloseToClean``). Depends only on its arguments (seeded), so it gives the
+    same row in any process."""
     import time
 
     from dpsynth.config import EntropicWGANHparams
@@ -192,7 +195,8 @@ def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarra
     w2 = w2_distance(fake, ref, n=n_eval, seed=run.seed)
     draws = [w2] + [w2_distance(sample_records(gen, n_eval, run.seed + 1 + 7919 * k), ref, n=n_eval,
                                 seed=run.seed + 7919 * k) for k in range(1, st.get("draws", W2_DRAWS))]
-    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role, "w2": w2,
+    measures = extra(fake, run.seed) if extra is not None else {}
+    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role, "w2": w2, **measures,
             "w2_draw_std": float(np.std(draws, ddof=1)) if len(draws) > 1 else float("nan"),
             "w2_draws": len(draws),
             "entropic_w2_privatized": entropic_w2(fake[:len(noisy_ref)], noisy_ref, lam, n=None),
@@ -223,6 +227,8 @@ def noise_sweep(
     cache_dir: str | Path | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_step: Callable[[], None] | None = None,
+    extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None,
+    extra_name: str | None = None,
 ) -> list[dict[str, Any]]:
     """Fig. 5: for each Gaussian noise std ``s`` and loss, privatize ``clean_train`` with
     N(0, s^2) per coordinate (no projection, as in §4.5), train a generator with cost
@@ -241,7 +247,8 @@ def noise_sweep(
     threads): the rows are the same as with one (every run is seeded by itself). ``cache_dir`` keeps
     each finished run's row (keyed by everything it depends on), so an interrupted sweep resumes with
     the runs it had not finished. ``on_row`` sees each row as soon as it exists, ``on_step`` every
-    generator step of a run trained in this process (progress).
+    generator step of a run trained in this process (progress). ``extra`` (named ``extra_name``, which keys
+    the row cache) adds its measures of each generator's first sample draw to the row (``train_and_score``).
     """
     bad = [loss for loss in losses if loss not in SWEEP_LOSSES]
     if bad or not losses:
@@ -251,7 +258,7 @@ def noise_sweep(
     runs = sweep_runs(noise_levels, losses, steps, check_level, seeds)
     settings = {"generator": generator, "batch_size": batch_size, "lr": lr, "optimizer": optimizer,
                 "sinkhorn_iters": sinkhorn_iters, "sinkhorn_scaling": sinkhorn_scaling, "n_eval": n_eval,
-                "draws": draws}
+                "draws": draws, "extra": extra_name if extra is not None else None}
     cache = _RowCache(cache_dir, settings, clean_train, clean_ref) if cache_dir is not None else None
     stats: dict[tuple[int, int], dict[str, float]] = {}
 
@@ -272,7 +279,7 @@ def noise_sweep(
     todo = [i for i in range(len(runs)) if i not in done]
     if workers <= 1 or len(todo) <= 1:
         for i in todo:
-            row = train_and_score(runs[i], clean_train, clean_ref, settings, on_step)
+            row = train_and_score(runs[i], clean_train, clean_ref, settings, on_step, extra)
             if cache is not None:
                 cache.put(runs[i], row)
             done[i] = finish(runs[i], row)
@@ -282,7 +289,7 @@ def noise_sweep(
 
         # spawn: a fresh interpreter per worker (fork would copy torch's thread pools mid-use)
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn"),
-                                 initializer=_worker_init, initargs=(clean_train, clean_ref, threads)) as pool:
+                                 initializer=_worker_init, initargs=(clean_train, clean_ref, threads, extra)) as pool:
             # longest first (steps; the Sinkhorn divergence solves twice), so no worker idles at the end
             cost = {"sinkhorn_divergence": 2.0}
             todo.sort(key=lambda i: -runs[i].steps * cost.get(runs[i].loss, 1.0))
@@ -299,18 +306,20 @@ def noise_sweep(
 _WORKER_DATA: dict[str, Any] = {}
 
 
-def _worker_init(clean_train: np.ndarray, clean_ref: np.ndarray, threads: int) -> None:
-    """A sweep worker: the records once per process, torch and the BLAS pools at ``threads``."""
+def _worker_init(clean_train: np.ndarray, clean_ref: np.ndarray, threads: int,
+                 extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None) -> None:
+    """A sweep worker: the records (and the extra measure) once per process, torch and the BLAS pools at
+    ``threads``."""
     import torch
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
     threadpool_limits(limits=threads)
-    _WORKER_DATA.update(train=clean_train, ref=clean_ref)
+    _WORKER_DATA.update(train=clean_train, ref=clean_ref, extra=extra)
 
 
 def _worker_run(run: NoiseRun, settings: dict[str, Any]) -> dict[str, Any]:
-    return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings)
+    return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings, extra=_WORKER_DATA["extra"])
 
 
 class _RowCache:

@@ -97,3 +97,46 @@ def test_the_step_margin_is_the_smallest_difference_the_table_decides() -> None:
     note = sweep_step_check(fig, moved, absolute=decided)  # -0.4: within 5 % but not within the decided 0.2
     assert "Ours: does not hold" in note and "may reflect where training stopped" in note
     assert "Ours: holds" in sweep_step_check(fig, moved)  # the old 5 % criterion would have passed it
+
+
+def test_the_second_measure_decides_the_same_claim_on_its_own_runs() -> None:
+    """Issue 64 item 3: Fig. 5's claim read with KID (x 10^3) beside W2, through the same checker: a clear gap over
+    three runs holds, one the other way does not, one run each is undecided -- KID's subset spread is over
+    reference draws, not the generator's samples, so it never stands in for a run's noise."""
+    from dpsynth.report.tables.w2 import KID_COLUMN, PR_COLUMN, sweep_closeness_cells
+    from dpsynth.report.tables.w2_claims import entropic_kid_claim
+
+    w2 = {"entropic": [10, 10, 10, 10], "exact": [11, 11, 11, 11]}
+    rows = _rows(w2)
+    kid = np.where(rows["loss"] == "entropic", 1e-3, 2e-3) + 1e-5 * rows["seed"]
+    clear = rows.assign(kid=kid, kid_subset_std=1e-4, precision=0.5, recall=0.25)
+    note = entropic_kid_claim(clear)
+    assert "Ours: holds --" in note and "KID ×10³ to the clean data" in note and "not a claim of the paper" in note
+    assert "Ours: does not hold --" in entropic_kid_claim(clear.assign(kid=3e-3 - kid))
+    one = clear[clear["seed"] == 0]
+    assert "Ours: undecided" in entropic_kid_claim(one)
+    cells = sweep_closeness_cells(clear[(clear["loss"] == "exact") & (clear["noise"] == 1.0)])
+    assert cells[KID_COLUMN] == "2.010 ± 0.010 (3 runs)"
+    assert cells[PR_COLUMN] == "0.50 ± 0.00 (3 runs) / 0.25 ± 0.00 (3 runs)"
+    assert sweep_closeness_cells(rows) == {}  # a CSV written before the measure: no columns
+
+
+def test_fig11s_second_measure_cells_and_its_reading_along_n(tmp_path) -> None:
+    """A Fig. 11 cell's KID x 10^3 and precision / recall from its runs' metrics.json (``w2.closeness``), with
+    counts; and "closer at the largest n than at the smallest" decided on the runs' spread."""
+    from dpsynth.evaluate.record import mean_std
+    from dpsynth.report.runs import Run
+    from dpsynth.report.tables.train_size import kid_falls
+    from dpsynth.report.tables.w2 import KID_COLUMN, PR_COLUMN, closeness_cells
+
+    def run(kid: float) -> Run:
+        close = {"kid": mean_std([kid]), "precision": mean_std([0.4]), "recall": mean_std([0.3]), "n_points": 1000}
+        return Run("cell", tmp_path, {"w2": {**mean_std([12.0]), "closeness": close}})
+
+    cells = closeness_cells([run(1e-3), run(2e-3), None])
+    assert cells[KID_COLUMN].startswith("1.500 ± 0.707 (2 runs)") and cells[PR_COLUMN].count("(2 runs)") == 2
+    assert closeness_cells([Run("old", tmp_path, {"w2": mean_std([12.0])})]) == {}
+    falling = pd.DataFrame({"n": [1000.0] * 3 + [60000.0] * 3, "kid": [5e-3, 5.1e-3, 4.9e-3, 1e-3, 1.1e-3, 0.9e-3]})
+    assert "Ours: holds --" in kid_falls(falling)
+    assert "Ours: does not hold --" in kid_falls(falling.assign(kid=falling["kid"][::-1].to_numpy()))
+    assert "Ours: undecided" in kid_falls(falling.iloc[[0, 3]])

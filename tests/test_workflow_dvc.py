@@ -120,26 +120,27 @@ def test_code_dependencies_are_what_each_stage_imports():
 def test_every_output_flag_follows_the_one_release_rule():
     """dvc.yaml's `cache: false` / `push: false` are derived from ``paths.release_rule``, output by output: the
     private root is never cached; what is computed on the records without noise (prepared records and their
-    label counts, real-data rows, the W2-vs-noise sweep, privatized records' clear labels) is never pushed; the
-    report's folders only when every dataset is declared public (data.public): listing some of them is not
-    enough."""
+    label counts, real-data rows, the W2-vs-noise sweep, privatized records' clear labels) is never pushed; nor are
+    the report's folders that quote them, whatever data.public declares (the same flags for every data.public)."""
     from dpsynth.paths import release_rule
 
     raw = shipped()
     raw["sweeps"]["n_half_circle"]["grid"]["n"] = [500, 1000]
     raw["pipeline"]["sweeps"].append("n_half_circle")
+    from dpsynth.workflow.dvc import render
+
+    texts = set()
     for public in ([], list(raw["datasets"])[:1], list(raw["datasets"])[1:], list(raw["datasets"])):
         raw["data"]["public"] = public
         params = parse_params(raw)
-        all_public = set(raw["datasets"]) <= set(public)
-        assert params.all_datasets_public() is all_public
+        texts.add(render(params))
         seen: dict[str, dict] = {}
         for stage in dvc_stages(params)["stages"].values():
             body = stage.get("do", stage)
             for kind in ("outs", "metrics", "plots"):
                 for out in body.get(kind, []):
                     path, flags = next(iter(out.items())) if isinstance(out, dict) else (out, {})
-                    rule = release_rule(path, all_datasets_public=all_public)
+                    rule = release_rule(path)
                     cached, pushed = flags.get("cache", True), flags.get("push", True) and flags.get("cache", True)
                     assert (cached or not rule.cache or path == "results/settings") and cached <= rule.cache, path
                     assert pushed == rule.push or path == "results/settings", path  # (rewritten by every job)
@@ -149,18 +150,19 @@ def test_every_output_flag_follows_the_one_release_rule():
                  "data/privatized/n_half_circle-n${item.n}.npz"]
         assert all(seen[o] == {"push": False} for o in never), {o: seen[o] for o in never}
         assert all(seen[o] == {"cache": False} for o in seen if o.startswith("private/"))
-        assert seen["results/tables"] == seen["results/figures"] == ({} if all_public else {"push": False})
+        assert seen["results/tables"] == seen["results/figures"] == {"push": False}
         assert seen["models/${key}/generator.pt"] == seen["results/runs/${key}/metrics.json"] == {}
         assert seen["data/privatized/${key}.json"] == {}  # the local privacy report is released
+    assert len(texts) == 1  # no flag reads data.public: no edit of it can leave a generated dvc.yaml stale
     with pytest.raises(ConfigError, match="data.public"):
         parse_params({**raw, "data": {**raw["data"], "public": ["mnistt"]}})
 
 
-def test_a_dvc_yaml_whose_push_flags_params_yaml_no_longer_allows_stops_both_runners(tmp_path: Path):
-    """dvc.yaml generated while every dataset was public (the report's folders pushable), then `data.public`
-    edited to list one of the two without regenerating it: `dvc repro` stops at its first stage and Snakemake
-    before any job, each with one line naming the file and the fix; nothing is made, so `dvc push` sends nothing.
-    Regenerated, both run. Flags stricter than params.yaml's release nothing and are not refused."""
+def test_a_dvc_yaml_whose_push_flags_the_rule_forbids_stops_both_runners(tmp_path: Path):
+    """A dvc.yaml that would push the report's folders (an older dpsynth's, whose flags followed data.public, or a
+    hand edit): `dvc repro` stops at its first stage and Snakemake before any job, each with one line naming the
+    file and the fix; nothing is made, so `dvc push` sends nothing. Regenerated, both run. Editing data.public
+    never makes a generated file stale."""
     import subprocess
 
     from dpsynth.workflow.dvc import stale_release_flags
@@ -175,11 +177,18 @@ def test_a_dvc_yaml_whose_push_flags_params_yaml_no_longer_allows_stops_both_run
 
     d = copy_workflow(tmp_path / "w", patch)
     raw = yaml.safe_load((d / "params.yaml").read_text())
-    raw["data"]["public"] = ["digits28"]  # one of the two: the tables quote the other's real records
+    assert stale_release_flags(d / "dvc.yaml") == []
+    raw["data"]["public"] = []  # un-declared, dvc.yaml not regenerated: still nothing to refuse
     (d / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == [
-        f"results/{f} (quotes real-data rows of a dataset not declared public (data.public))"
-        for f in ("tables", "figures")]
+    assert stale_release_flags(d / "dvc.yaml") == []
+    doc = (d / "dvc.yaml").read_text()
+    old = doc.replace("- results/tables:\n        push: false", "- results/tables").replace(
+        "- results/figures:\n        push: false", "- results/figures")
+    assert old != doc
+    (d / "dvc.yaml").write_text(old)  # what an older dpsynth wrote while every dataset was public
+    assert stale_release_flags(d / "dvc.yaml") == [
+        f"results/{f} (quotes noise-free rows (real data, the W2 sweep); rebuilt from the pushed runs by "
+        "`dpsynth report`)" for f in ("tables", "figures")]
 
     def refused(*cmd: str) -> str:
         res = subprocess.run(list(cmd), cwd=d, capture_output=True, text=True, timeout=300, env=env())
@@ -197,21 +206,19 @@ def test_a_dvc_yaml_whose_push_flags_params_yaml_no_longer_allows_stops_both_run
     assert not any(f.is_file() for f in (tmp_path / "remote").rglob("*"))
     # regenerated: the tables are `push: false`, and both runners go on (the settings stage runs, Snakemake plans)
     run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], d)
-    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == []
+    assert (d / "dvc.yaml").read_text() == doc and stale_release_flags(d / "dvc.yaml") == []
     run([venv_bin("dvc"), "repro", "settings"], d)
     run([venv_bin("snakemake"), "-n"], d)
-    # stricter than params.yaml (every dataset public again, dvc.yaml not regenerated): nothing can leak, so no
-    # refusal -- `dpsynth workflow dvc --check` reports the difference
-    raw["data"]["public"] = ["digits28", "manifold2d_half_circle"]
-    assert stale_release_flags(parse_params(raw), d / "dvc.yaml") == []
 
 
 def test_dvc_push_sends_nothing_computed_on_the_training_records_without_noise(tmp_path: Path):
     """A real `dvc push` of a smoke workspace to a local remote: a real-data row, a cell of the training-set-size
     sweep (Fig. 11: the W2 to its own clean training records is measured) and the report, run by `dvc repro`.
     On the remote: the released files, and none of the prepared records, their label counts, the real-data row,
-    the privatized records (labels in clear), the W2 to the training records, nor anything under private/; the
-    report's folders only once every dataset is declared public, and then without the W2 to training records."""
+    the privatized records (labels in clear), the W2 to the training records, nor anything under private/, nor
+    the report's tables and figures -- made while every dataset was declared public, pushed once then and once
+    after `data.public: []` without regenerating dvc.yaml or re-running (issue 63: no order of edits and pushes
+    sends a table). The tables name where the train W2 lies and hold none of it."""
     import hashlib
     import json
 
@@ -223,7 +230,7 @@ def test_dvc_push_sends_nothing_computed_on_the_training_records_without_noise(t
 
     def patch(p: dict) -> None:
         p.update(scale="smoke", datasets=["digits28", "manifold2d_half_circle"], privacy_noise="reproducible")
-        p["data"]["public"] = []  # a curator's own datasets first (the shipped file declares the benchmarks public)
+        p["data"]["public"] = ["digits28", "manifold2d_half_circle"]  # the tables are made while both are public
         clear_pipeline(p)
         p["pipeline"]["sweeps"] = ["n_half_circle"]
         p["sweeps"]["n_half_circle"]["grid"]["n"] = [200, 400]  # (Fig. 11 needs two sizes)
@@ -261,15 +268,15 @@ def test_dvc_push_sends_nothing_computed_on_the_training_records_without_noise(t
         assert md5(f) not in pushed, f"dvc push sent {f.relative_to(d)}"
     assert "W2 to clean train ours" not in json.dumps(json.loads(released[2].read_text()))  # (a metrics.json)
 
-    # every dataset declared public: the report's tables and figures may go, the rest stays
-    raw = yaml.safe_load((d / "params.yaml").read_text())
-    raw["data"]["public"] = ["digits28", "manifold2d_half_circle"]
-    (d / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    run([venv_bin("python"), "-m", "dpsynth.cli", "workflow", "dvc", "--params", "params.yaml"], d)
-    pushed = push(tmp_path / "remote-public")
     table = d / "results" / "tables" / "reshetova_fig11.csv"
-    assert md5(table) in pushed and md5(d / "results" / "figures" / "reshetova_fig11.png") in pushed
-    for f in noise_free + private:
+    assert table in report and d / "results" / "figures" / "reshetova_fig11.png" in report
+    # both datasets un-declared, dvc.yaml neither regenerated nor the pipeline re-run, then pushed: still no table
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["data"]["public"] = []
+    (d / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    pushed = push(tmp_path / "remote-undeclared")
+    assert all(md5(f) in pushed for f in released), sorted(pushed)
+    for f in noise_free + private + report:
         assert md5(f) not in pushed, f"dvc push sent {f.relative_to(d)}"
     value = repr(json.loads(private_w2.read_text())["w2_train"]["mean"])
     texts = [f.read_text(errors="replace") for f in report if f.suffix in (".csv", ".md", ".tex", ".html", ".json")]

@@ -47,7 +47,10 @@ NOISE_FREE = ("data/raw", "data/processed", f"results/{REAL}", f"results/{W2_NOI
 #: privacy report, is released).
 CLEAR_LABELS = "data/privatized"
 #: The report's folders: they quote the real-data rows, the W2-vs-noise sweep and clean records of the test
-#: split (the wavelet figure's clean column), so they may be pushed only when every dataset is public.
+#: split (the wavelet figure's clean column). Never pushed, whatever ``data.public`` says: a flag that followed
+#: it would be written when dvc.yaml is generated, and `dvc push` sends what the last run made under the flags
+#: dvc.yaml holds then -- so un-declaring a dataset and pushing before regenerating and re-running would send
+#: tables made while it was public. The report is rebuilt from the pushed runs in seconds (`dpsynth report`).
 REPORT_OUTPUTS = ("results/tables", "results/figures")
 
 
@@ -66,15 +69,15 @@ def _under(path: str, root: str) -> bool:
     return parts[:len(head)] == head
 
 
-def release_rule(path: str, *, all_datasets_public: bool = False) -> ReleaseRule:
+def release_rule(path: str) -> ReleaseRule:
     """The one rule for an output ``path`` (project-relative, as dvc.yaml writes it; ``${...}`` templates fine).
 
     - under ``private/``: neither cached nor pushed (checkpoints with the secret noise state, critics and
       diagnostics trained or computed on the private data, the W2 to a cell's own clean training records);
     - :data:`NOISE_FREE`, and the privatized records (labels in clear, :data:`CLEAR_LABELS`): cached (an old
       commit's numbers stay readable here) but never pushed;
-    - the report's folders: pushed only when ``all_datasets_public`` (``data.public`` lists every dataset
-      of ``datasets``): a curator's own dataset's real-data rows and clean records stay here;
+    - the report's folders (:data:`REPORT_OUTPUTS`): cached, never pushed -- they quote the noise-free rows, and
+      no flag that follows ``data.public`` holds in every order of edits, runs and pushes;
     - anything else (models, privacy reports, privatized and synthetic data, the runs' metrics): released."""
     if _under(path, PRIVATE):
         return ReleaseRule(False, False, "private: trained or computed on the private data, or secret noise state")
@@ -82,8 +85,9 @@ def release_rule(path: str, *, all_datasets_public: bool = False) -> ReleaseRule
         return ReleaseRule(True, False, OUTSIDE_GUARANTEE)
     if _under(path, CLEAR_LABELS) and path.endswith(".npz"):
         return ReleaseRule(True, False, "the privatized records' labels are in clear (" + OUTSIDE_GUARANTEE + ")")
-    if any(_under(path, root) for root in REPORT_OUTPUTS) and not all_datasets_public:
-        return ReleaseRule(True, False, "quotes real-data rows of a dataset not declared public (data.public)")
+    if any(_under(path, root) for root in REPORT_OUTPUTS):
+        return ReleaseRule(True, False, "quotes noise-free rows (real data, the W2 sweep); rebuilt from the pushed "
+                           "runs by `dpsynth report`")
     return ReleaseRule(True, True)
 
 

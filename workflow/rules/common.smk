@@ -44,7 +44,7 @@ PARAMS = parse_params(config, source="params.yaml (as seen by Snakemake)")
 # A dvc.yaml beside it whose push flags would send what these parameters keep here (a dataset added to
 # `datasets`, or dropped from `data.public`, without regenerating it): refused before any job, as DVC's
 # `settings` stage refuses, so a later `dvc commit` + `dvc push` of this run cannot send it.
-refuse_stale_release_flags(PARAMS, Path("dvc.yaml"), "params.yaml (as seen by Snakemake)")
+refuse_stale_release_flags(Path("dvc.yaml"), "checked by Snakemake")
 EXPERIMENTS = PARAMS.all_experiments()
 # pipeline.experiments + every cell of pipeline.sweeps, and the runs of the targets pipeline.tables lists
 # (editing a sweep's lists edits this).

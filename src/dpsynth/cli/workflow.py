@@ -43,7 +43,7 @@ def _settings(args: argparse.Namespace) -> int:
     assert params is not None
     # DVC's first stage: every `dvc repro` after an edit of params.yaml runs it before any other, so a dvc.yaml
     # whose push flags would send what params.yaml now keeps here stops the pipeline before it makes anything
-    refuse_stale_release_flags(params, Path("dvc.yaml"), params_path(args))
+    refuse_stale_release_flags(Path("dvc.yaml"), f"checked for {params_path(args)}")
     written = write_settings(params)
     print(f"{SETTINGS_DIR}: {len(written)} job settings changed" + "".join(f"\n  {w}" for w in written))
     return 0

@@ -253,11 +253,6 @@ class Params(Strict):
         self._check_tables()
         return self
 
-    def all_datasets_public(self) -> bool:
-        """Whether every dataset the pipeline prepares is declared public (``data.public``): then, and only
-        then, the report's folders may be pushed (``paths.release_rule``)."""
-        return set(self.datasets) <= set(self.data.public)
-
     def is_public(self, dataset: str) -> bool:
         """Whether ``data.public`` declares ``dataset``'s records public: only then may a released file (a run's
         metrics.json) hold a statistic of its training records, labelled ``paths.PUBLIC_TRAINING_SPLIT``."""

@@ -40,17 +40,17 @@ HEADER = """\
 # Regenerate after adding or removing an experiment or a sweep under `pipeline:` (or changing which
 # modules a stage imports); `dpsynth workflow dvc --check` fails while this file is stale. Editing a
 # sweep's lists, `evaluation.real_datasets` or `w2_noise` needs no regeneration: DVC reads those from
-# params.yaml. Editing `datasets` or `data.public` does when it changes what may be pushed (below): until
-# then the `settings` stage, so `dvc repro`, and Snakemake refuse to run, in one line, and `dvc push` sends
-# only what the last run made. The same stages as the Snakefile (tests/test_workflow_sync.py).
+# params.yaml; nor does `datasets` or `data.public` (no flag below reads them). A file whose flags would push
+# more than the rule allows (an older dpsynth's, a hand edit) stops the `settings` stage, so `dvc repro`, and
+# Snakemake, in one line. The same stages as the Snakefile (tests/test_workflow_sync.py).
 # Every `cache: false` and `push: false` below follows from one rule (dpsynth.paths.release_rule):
 # outputs under private/ (warm-started critics, sweep checkpoints) are kept out of the DVC cache: they are
 # trained on the private data without noise and must never be pushed to a remote. What is computed on the
 # real records without noise -- data/processed/* (the records, their label counts and raw hashes),
 # results/real/* (the real-data rows), results/w2_noise/*, data/privatized/*.npz (labels in clear) -- is
-# cached but `push: false`; so are the report's tables and figures unless every dataset in `datasets` is
-# declared public (data.public; adding a dataset that is not makes `--check` ask for a regeneration). The
-# rest of results/ is cached: results/ is not in git, so the cache is where `dvc metrics diff` and
+# cached but `push: false`; so are the report's tables and figures, whatever data.public says (they quote
+# those rows; `dpsynth report` rebuilds them from the pushed runs in seconds, and a flag that followed
+# data.public would hold only until the first edit pushed before a re-run). The rest of results/ is cached: results/ is not in git, so the cache is where `dvc metrics diff` and
 # `dvc plots diff` read an earlier commit's numbers.
 """
 
@@ -228,7 +228,7 @@ def dvc_stages(params: Params) -> dict[str, Any]:
                                                      "template": "scatter"}},
         {"results/figures/fid_vs_epsilon.csv": {"x": "epsilon", "y": "fid", "template": "scatter"}},
     ]
-    _apply_release_rule(stages, params.all_datasets_public())
+    _apply_release_rule(stages)
     return {"stages": stages, "plots": plots}
 
 
@@ -245,24 +245,23 @@ def _outputs(stages: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, int,
                 yield body, kind, i, str(path), opts if isinstance(opts, dict) else {}
 
 
-def _apply_release_rule(stages: dict[str, Any], all_public: bool) -> None:
+def _apply_release_rule(stages: dict[str, Any]) -> None:
     """Mark every output as ``paths.release_rule`` says (``cache: false`` / ``push: false``), in place: derived
     from the one rule for each path, never from a list kept here, so a new output is released only if it
     may be."""
     for body, kind, i, path, opts in list(_outputs(stages)):
-        rule = release_rule(path, all_datasets_public=all_public)
+        rule = release_rule(path)
         flags = {**opts, **({} if rule.cache else UNCACHED),
                  **({"push": False} if rule.cache and not rule.push else {})}
         body[kind][i] = {path: flags} if flags else path
 
 
-def stale_release_flags(params: Params, path: Path) -> list[str]:
+def stale_release_flags(path: Path) -> list[str]:
     """The outputs (each with why it may not) of the dvc.yaml at ``path`` that DVC would cache or push although
-    ``paths.release_rule``,
-    under ``params`` as they are now, forbids it: flags generated for an earlier ``data.public`` or ``datasets``
-    (the report's folders pushable after a dataset not declared public was added). Empty when none is, or
-    when there is no such file. Flags stricter than the rule are not listed (they release nothing;
-    ``--check`` reports them)."""
+    ``paths.release_rule`` forbids it: a dvc.yaml written by an older dpsynth (whose report folders followed
+    ``data.public``) or edited by hand. The rule reads no setting, so no edit of params.yaml can make a
+    generated file's flags stale. Empty when none is, or when there is no such file. Flags stricter than the
+    rule are not listed (they release nothing; ``--check`` reports them)."""
     if not path.is_file():
         return []
     try:
@@ -271,26 +270,24 @@ def stale_release_flags(params: Params, path: Path) -> list[str]:
         raise ConfigError(f"{path}: cannot read its push flags ({exc.__class__.__name__}): regenerate it with "
                           "`dpsynth workflow dvc`") from None
     stages = doc.get("stages") if isinstance(doc, dict) else None
-    all_public = params.all_datasets_public()
     stale = []
     for _, _, _, out, opts in _outputs(stages if isinstance(stages, dict) else {}):
-        rule = release_rule(out, all_datasets_public=all_public)
+        rule = release_rule(out)
         cached = opts.get("cache", True) is not False
         if (cached and not rule.cache) or (cached and opts.get("push", True) is not False and not rule.push):
             stale.append(f"{out} ({rule.why})")
     return stale
 
 
-def refuse_stale_release_flags(params: Params, path: Path, source: str) -> None:
+def refuse_stale_release_flags(path: Path, source: str) -> None:
     """Refuse, in one line, to run a pipeline while the dvc.yaml at ``path`` would let ``dvc push`` send an output
-    that params.yaml (``source``) no longer allows to leave: what it makes next would go with it. Called by
-    DVC's first stage (``dpsynth workflow settings``) and when Snakemake loads the workflow."""
-    stale = stale_release_flags(params, path)
+    the release rule keeps here: what it makes next would go with it. Called by DVC's first stage (``dpsynth
+    workflow settings``) and when Snakemake loads the workflow (``source`` names who asks)."""
+    stale = stale_release_flags(path)
     if stale:
         more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
-        raise ConfigError(f"{path}: its push flags are stale for {source} (generated for another data.public or "
-                          f"datasets): `dvc push` would send {stale[0]}{more}; run `dpsynth workflow dvc` to "
-                          "regenerate it, then run again")
+        raise ConfigError(f"{path}: its push flags are stale (an older or hand-edited file; {source}): `dvc push` "
+                          f"would send {stale[0]}{more}; run `dpsynth workflow dvc` to regenerate it, then run again")
 
 
 class _NoAliases(yaml.SafeDumper):

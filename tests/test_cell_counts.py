@@ -40,3 +40,13 @@ def test_smoke_tables_show_no_single_value_as_exact(smoke_snakemake: Path) -> No
     assert _offenders(files) == []
     table1 = (tables / "table1_fmnist.md").read_text(encoding="utf-8")
     assert "(1 run)" in table1  # the smoke scale scores one synthetic set of one run: it says so
+
+
+def test_the_evaluate_jobs_log_gives_one_set_as_one_value() -> None:
+    """The job log's score lines follow the tables' rule: one synthetic set reads "x (1 set)", never "+- 0.0000";
+    several give their spread and count."""
+    from dpsynth.evaluate.record import mean_std
+    from dpsynth.stages.evaluate import _spread
+
+    assert _spread(mean_std([0.4208])) == "0.4208 (1 set)"
+    assert _spread(mean_std([0.4, 0.5])) == "0.4500 +- 0.0500 (std over 2 sets)"

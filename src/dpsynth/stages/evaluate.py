@@ -130,9 +130,9 @@ def _say(record: Any, out: Path) -> None:
               f"printed: job logs are not private) -> {out}", flush=True)
         return
     for kind, rec in record.classifiers.items():
-        print(f"{record.experiment}: {kind} accuracy {rec['mean']:.4f} +- {rec['std']:.4f}")
+        print(f"{record.experiment}: {kind} accuracy {_spread(rec)}")
     if record.w2:
-        print(f"{record.experiment}: W2 to clean held-out data {record.w2['mean']:.4f} +- {record.w2['std']:.4f}")
+        print(f"{record.experiment}: W2 to clean held-out data {_spread(record.w2)}")
     fid = record.fid
     print(f"{record.experiment}: FID " + (f"{fid['mean']:.2f}" if fid["available"] else
                                           f"unavailable ({fid['reason']})"))
@@ -152,6 +152,13 @@ def _say(record: Any, out: Path) -> None:
         print(f"{record.experiment}: GS-WGAN protocol: {train_part}, Avg Acc {gs['accuracy']['avg']['mean']:.3f} over "
               f"{len(gs['accuracy']['models'])} models; " + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
     print(f"{record.experiment}: scores -> {out} (the report reads them)", flush=True)
+
+
+def _spread(rec: dict[str, Any]) -> str:
+    """A record's mean with its spread over the synthetic sets and their count; one set reads as one value, never
+    "+- 0.0000" (issue 64)."""
+    n = int(rec.get("n") or len(rec.get("values") or []) or 1)
+    return f"{rec['mean']:.4f} (1 set)" if n <= 1 else f"{rec['mean']:.4f} +- {rec['std']:.4f} (std over {n} sets)"
 
 
 def _write_private(out: Path, experiment: str, key: str, value: dict[str, Any], what: str) -> Path:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -234,3 +235,30 @@ def test_the_w2_record_the_evaluate_stage_writes_is_one_the_report_reads(tmp_pat
     exp = params.all_experiments()[name]
     store = RunStore.load_all(tmp_path / "results", {name: (exp.dataset, exp.method)})  # raises on a bad record
     assert store.experiment(name).metrics["w2"]["mean"] == pytest.approx(w2["mean"])
+
+
+def test_fig5s_figure_gets_a_third_panel_for_the_second_measure(tmp_path: Path) -> None:
+    """Issue 64 item 3: with KID in the sweep's rows, Fig. 5's figure draws it beside W2 and the right panel (a third
+    panel: the image one panel wider); without, the figure is as before."""
+    from PIL import Image
+
+    from dpsynth.config import load_params
+    from dpsynth.report.figures import w2_noise
+
+    params = load_params(REPO / "params.yaml", scale="paper_cpu")
+    rows = [dict(loss=loss, noise_std=s, role="figure", seed=seed, w2=12 + 0.1 * s + 0.01 * seed,
+                 kid=1e-3 * (2 + s) + 1e-5 * seed, precision=0.3, recall=0.2, w2_privatized_data=18 + 10 * s,
+                 entropic_w2_privatized=100 * s + seed, entropic_w2_privatized_clean=99 * s)
+            for seed in range(2) for s in (0.5, 1.0) for loss in ("entropic", "exact")]
+    rows.append(dict(loss="clean training records", role="reference", seed=0, w2=12.45, kid=0.0))
+    widths = []
+    for with_kid in (False, True):
+        res = tmp_path / f"r{with_kid}"
+        (res / "w2_noise").mkdir(parents=True)
+        frame = pd.DataFrame(rows)
+        (frame if with_kid else frame.drop(columns=["kid", "precision", "recall"])).to_csv(
+            res / "w2_noise" / "mnist.csv", index=False)
+        drawn = [p for p in w2_noise(params, res, tmp_path / f"f{with_kid}") if isinstance(p, Path)
+                 and p.name == "w2_noise_mnist.png"]
+        widths.append(Image.open(drawn[0]).size[0])
+    assert widths[1] == pytest.approx(1.5 * widths[0], rel=0.02), widths

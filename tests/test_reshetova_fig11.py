@@ -240,6 +240,10 @@ def test_figure_and_claim_render_from_fabricated_runs(tmp_path: Path) -> None:
     assert list(f["W2 to clean train (private)"])[0] == f"private/runs/{SWEEP}-n1000/w2_train.json (not released)"
     assert set(f["W2 paper"]) == {"not reported (plot only)"}
     assert built.curves["slopes"]["test"] == pytest.approx(-0.5, abs=1e-9)
+    # the figures' sample grid per n: one run of each n (its own samples.png), labelled with the runs it stands for
+    assert [(label.split(" (")[0], run) for label, run in built.runs] == [
+        (f"n = {n:,}", f"{SWEEP}-n{n}") for n in (1000, 4000, 15000, 60000)]
+    assert all("1 of 1 runs" in label for label, _ in built.runs)
     claim = next(n for n in built.notes if n.startswith("Claim (Reshetova et al., Figure 11)"))
     # exactly 2 / sqrt(n): the excess falls (c = 2) and the free exponent is 1/2, both with zero residual
     assert "Ours: holds -- c of W2 = a + c n^-1/2 (the excess falls) = +2.000" in claim, claim

@@ -353,7 +353,7 @@ def _table_figures(params: Params, b: BuiltTable, results: Path, out_dir: Path,
     """The figures of one table with a run of ours (a table with none gets none: the page lists it)."""
     kind = params.tables[b.name].kind
     out: list[Figure] = []
-    if kind in ("methods", "grid"):
+    if kind in ("methods", "grid", "train_size"):  # train_size: one run per n (Reshetova et al. Fig. 11)
         grids = sample_grids(b, results, out_dir)
         parts = [grids] if isinstance(grids, NotDrawn) else grids
         out += [Figure(g, b.name, "sample grids" + (f" {k:02d} of {len(parts)}" if len(parts) > 1 else ""))

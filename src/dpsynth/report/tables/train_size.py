@@ -178,10 +178,15 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
     points: list[dict[str, float]] = []
     per_run: list[dict[str, float]] = []
     kids: list[dict[str, float]] = []
+    grids: list[tuple[str, str]] = []  # (label, run) of one run per n: the figures' sample grid per n
     runs: list[Run | None] = []
     for n, cells in groups.items():
         reps = [store.experiment(x) for e in cells for x in params.replicates_of(e)]
         runs += reps
+        names = [x for e in cells for x in params.replicates_of(e)]
+        first = next((name for name, r in zip(names, reps) if r is not None), None)
+        if first is not None:
+            grids.append((f"n = {n:,} ({first}; 1 of {sum(r is not None for r in reps)} runs)", first))
         est = w2_estimate(reps)
         per_run += [{"n": float(n), "test": w} for w in (w2_of(r) for r in reps) if w is not None]
         kids += [{"n": float(n), "kid": float(k["kid"]["mean"])} for k in map(closeness_records, reps) if "kid" in k]
@@ -225,4 +230,4 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                               "fit": {k: {"value": e.value, "se": e.se} for k, e in fit.items()},
                               "paper_slope": PAPER_SLOPE, "private_train": train_curve_path("<cell>")}
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
-                      curves=curves)
+                      curves=curves, runs=grids)

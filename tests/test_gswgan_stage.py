@@ -103,8 +103,13 @@ def done(tmp_path_factory: pytest.TempPathFactory, digits28_processed: Path) -> 
     finally:
         os.chdir(cwd)
     read = lambda p: json.loads((tmp / p).read_text())  # noqa: E731
+    from dpsynth.report.runs import with_public_training_split
+
+    released = read("results/runs/dps_digits/metrics.json")
     return {"dir": tmp, "params": params, "real": read("results/real/digits28/metrics.json"),
-            "run": read("results/runs/dps_digits/metrics.json"),
+            "released": released,
+            # as the report sees it for digits28 declared public: the kept statistics back, labelled
+            "run": with_public_training_split(released, tmp / "private", "dps_digits"),
             "plain": read("results/runs/dps_digits_plain/metrics.json"),
             "private_run": read("results_private/runs/dps_digits/metrics.json"), "logs": logs}
 
@@ -160,10 +165,10 @@ def test_the_records_hold_the_protocol(done: dict[str, Any]) -> None:
     assert real["fid_train"]["n_generated"] == real["fid_train"]["n_reference"] == 8
     assert real["fid_train"]["mean"] == pytest.approx(done["real"]["fid"]["mean"], rel=1e-6)
     assert run["fid_train"]["mean"] > real["fid_train"]["mean"]
-    # the format owner reads both back losslessly, and refuses a record a table would misprint
-    for m, name in ((done["run"], "dps_digits"), (done["real"], None)):
+    # the format owner reads both released files back losslessly, and refuses a record a table would misprint
+    for m, name in ((done["released"], "dps_digits"), (done["real"], None)):
         assert MetricsRecord.from_dict(m, real=name is None).to_dict() == m
-    bad = json.loads(json.dumps(done["run"]))
+    bad = json.loads(json.dumps(done["released"]))
     bad["protocols"][GS_WGAN]["accuracy"]["per_set"][0]["mlp"] = float("nan")
     with pytest.raises(Exception, match="protocols.gs_wgan.accuracy.per_set"):
         MetricsRecord.from_dict(bad)
@@ -213,22 +218,27 @@ def test_the_table_shows_the_papers_numbers_beside_ours(done: dict[str, Any]) ->
 
 
 def test_a_dataset_not_declared_public_keeps_is_and_fid_under_the_private_root(done: dict[str, Any]) -> None:
-    """digits28 not in ``data.public``: the run's released metrics.json holds no statistic of the training
-    records -- its IS and FID against the training split name the private file that keeps them, labelled outside
-    the guarantee, and the table's cells say so; the rest of the protocol (scored on the test split) is released
-    as before. A record that releases them unlabelled, or holds the IS network's key, is refused by key."""
+    """No run's released metrics.json holds a statistic of the training records, its dataset declared public or
+    not (issue 63: no order of declaring, evaluating, un-declaring and pushing may push one): its IS and FID against
+    the training split name the private file that keeps them, labelled outside the guarantee; the report shows
+    them, labelled, for a dataset data.public declares public when it is built, and otherwise its cells say they
+    are kept private. The rest of the protocol (scored on the test split) is released as before. A record that
+    holds them, labelled or not, or the IS network's key, is refused by key."""
     from dpsynth.evaluate.record import MetricsError
     from dpsynth.paths import OUTSIDE_GUARANTEE, gswgan_train_file, release_rule
     from dpsynth.report.tables.gswgan import KEPT_PRIVATE
 
     require_fid_weights()
     m, public = done["private_run"], done["run"]
-    assert train_split_statistics(m) == [] and train_split_statistics(public) != []
+    assert train_split_statistics(m) == [] == train_split_statistics(done["released"])
+    for key in ("is", "fid_train"):  # data.public changes nothing the record says about them
+        assert m["protocols"][GS_WGAN][key] == done["released"]["protocols"][GS_WGAN][key]
+    assert train_split_statistics(public) != []  # (the check sees them where the report puts them back)
     rec = m["protocols"][GS_WGAN]
     where = str(gswgan_train_file("private", "dps_digits"))
     for key in ("is", "fid_train"):
-        assert rec[key]["available"] is False and rec[key]["private"] == where and "not declare digits28 public" \
-            in rec[key]["reason"]
+        assert rec[key]["available"] is False and rec[key]["private"] == where and "where data.public declares " \
+            "digits28 public" in rec[key]["reason"]
     assert rec["accuracy"] == public["protocols"][GS_WGAN]["accuracy"]  # test-split scores: released as before
     kept = json.loads((done["dir"] / where).read_text())
     assert kept["privacy"] == OUTSIDE_GUARANTEE and not release_rule(where).push and not release_rule(where).cache
@@ -242,21 +252,24 @@ def test_a_dataset_not_declared_public_keeps_is_and_fid_under_the_private_root(d
         assert ours[col] == KEPT_PRIVATE, (col, ours[col])
     assert ours["Avg Acc ours"] == f"{rec['accuracy']['avg']['mean']:.2f} (1 run)"
     assert f"kept under the private root ({where})" in text
-    # a record releasing them unlabelled (an older evaluate, a hand edit), or with the network's key: refused
-    bad = json.loads(json.dumps(public))
-    del bad["protocols"][GS_WGAN]["is"]["privacy"]
-    with pytest.raises(MetricsError, match=r"protocols\.gs_wgan\.is.*not labelled as a public dataset"):
-        MetricsRecord.from_dict(bad)
-    bad = json.loads(json.dumps(public))
+    # a record holding them -- labelled public (an older evaluate's) or not (a hand edit) -- or the network's key:
+    # refused
+    for label in (True, False):
+        bad = json.loads(json.dumps(public))
+        if not label:
+            del bad["protocols"][GS_WGAN]["is"]["privacy"]
+        with pytest.raises(MetricsError, match=r"protocols\.gs_wgan\.is.*never in a run's metrics.json"):
+            MetricsRecord.from_dict(bad)
+    bad = json.loads(json.dumps(done["real"]))  # the real row's record, which may hold its IS (never pushed)
     bad["protocols"][GS_WGAN]["is"]["classifier"]["key"] = "0123456789abcdef0123"
     with pytest.raises(MetricsError, match=r"protocols\.gs_wgan\.is\.classifier\.key"):
-        MetricsRecord.from_dict(bad)
+        MetricsRecord.from_dict(bad, real=True)
 
 
 def test_the_job_logs_show_no_statistic_that_stays_on_this_machine(done: dict[str, Any]) -> None:
     """Job logs are not private (``paths.release_rule``): the real-data row's log names its file but prints none
-    of its scores, nor do its progress lines (its classifiers' and zoo's accuracies); a run's log prints its IS
-    and training-split FID only when its metrics.json releases them (a dataset declared public)."""
+    of its scores, nor do its progress lines (its classifiers' and zoo's accuracies); a run's log never prints
+    its IS and training-split FID (kept under the private root, declared public or not), only where they are."""
     require_fid_weights()
     real, logs = done["real"], done["logs"]
     assert "the real-data row is" in logs["real"] and "results/real/digits28/metrics.json" in logs["real"]
@@ -268,9 +281,9 @@ def test_the_job_logs_show_no_statistic_that_stays_on_this_machine(done: dict[st
     private = json.loads((done["dir"] / kept).read_text())["gswgan_train"]
     assert printed_values([private["is"]["mean"], private["fid_train"]["mean"]], logs["private"]) == []
     assert f"kept under {kept}" in logs["private"]
-    # the same numbers are printed where they are released: the check sees a printed value
-    rec = done["run"]["protocols"][GS_WGAN]
-    assert printed_values([rec["is"]["mean"], rec["fid_train"]["mean"]], logs["run"])
+    rec = done["run"]["protocols"][GS_WGAN]  # digits28 declared public: still not in the job's log
+    assert printed_values([rec["is"]["mean"], rec["fid_train"]["mean"]], logs["run"]) == []
+    # the released scores are printed: the check sees a printed value
     assert printed_values([done["run"]["classifiers"]["cnn"]["mean"]], logs["run"])
 
 
@@ -308,10 +321,10 @@ def test_the_protocols_sizes_reach_exactly_those_jobs_fingerprints() -> None:
         a, b = parse_params(base, source="a"), parse_params(raw, source="b")
         return {j for j in jobs if fingerprint(a, *j) != fingerprint(b, *j)}
 
-    # declaring the dataset public, or no longer, re-runs the protocol's run jobs (they release IS and FID only
-    # then) and the report; the real row's job and the others are the same
+    # declaring the dataset public, or no longer, re-runs the report alone (it decides whether to show the kept IS
+    # and FID); no evaluate job's output depends on it
     private = changed(lambda p: p["data"].update(public=[d for d in p["data"]["public"] if d != "digits28"]))
-    assert private == {("evaluate", "dps_digits"), ("report", "")}
+    assert private == {("report", "")}
     size = changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_train_subset=321))
     assert size == {("evaluate", "dps_digits"), ("evaluate_real", "digits28"), ("report", "")}
     assert changed(lambda p: p["scales"]["smoke"]["gs_wgan_eval"].update(zoo_max_iter=None)) == size

@@ -59,18 +59,13 @@ def _pick(preset: ScalePreset, keys: tuple[str, ...]) -> dict[str, Any]:
 def _protocols(params: Params, *, experiment: str | None = None, real: str | None = None) -> dict[str, Any]:
     """``{"protocols": {name: its sizes at this scale}}`` for an evaluate job that computes a paper's own
     protocol (``Params.evaluation_protocols``); empty for every other job, whose hash it leaves as it was.
-    A run's job also carries whether its dataset is declared public (``data.public``): that decides whether
-    its metrics.json releases GS-WGAN's training-split statistics (``gswgan_protocol.release_training_split``),
-    so declaring it, or no longer, re-runs exactly those jobs."""
+    (``data.public`` is not here: no evaluate job's output depends on it -- the report decides what it shows.)"""
     names = params.evaluation_protocols(experiment=experiment, real=real)
     if not names:
         return {}
     preset = params.preset
     sizes = {n: getattr(preset, PROTOCOL_SIZES[n]).model_dump(mode="json", exclude_defaults=True) for n in names}
-    out: dict[str, Any] = {"protocols": sizes}
-    if experiment is not None:
-        out["public_training_split"] = params.is_public(params.all_experiments()[experiment].dataset)
-    return out
+    return {"protocols": sizes}
 
 
 def _experiment(params: Params, name: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ def _report(args: argparse.Namespace) -> int:
     refuse_ledger_moved(args, "report")
     params = params_from_args(args)
     assert params is not None
-    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures)
+    return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures,
+                      private_out=args.private_root)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,5 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output folder, replaced as a whole (default: RESULTS/tables)")
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="output folder, replaced as a whole (default: RESULTS/figures)")
+    p.add_argument("--private-root", default="private", metavar="DIR",
+                   help="the private root the evaluate jobs wrote to (their --private-out): GS-WGAN's training-split "
+                        "IS and FID are read from there for a dataset data.public declares public (default: private)")
     add_ledger_moved_arg(p)
     p.set_defaults(func=_report)

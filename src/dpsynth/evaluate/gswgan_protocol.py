@@ -15,8 +15,10 @@ Its columns and where each is computed:
 
 The record goes into ``metrics.json`` under ``protocols.gs_wgan`` (``record.MetricsRecord``). IS and FID are
 statistics of the real TRAINING records without noise (the IS network is fitted on them, FID compares with
-them), so a run's metrics.json holds them only where ``data.public`` declares the dataset public, labelled
-``paths.PUBLIC_TRAINING_SPLIT``; otherwise they stay under the private root (``release_training_split``).
+them), so a run's metrics.json never holds them: they stay under the private root (``release_training_split``),
+and the report shows them, labelled ``paths.PUBLIC_TRAINING_SPLIT``, only where ``data.public`` declares the
+dataset public when the report is built (``publish_training_split``). Deciding it there, not when the run is
+evaluated, means no order of declaring, evaluating, un-declaring and pushing puts them in a pushed file.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dpsynth.data.dataset import Dataset, subset_indices
 from dpsynth.evaluate.classifier_is import ISClassifierCache, classifier_is
 from dpsynth.evaluate.record import GSWGAN_CNN, average_accuracy
 from dpsynth.evaluate.zoo import MLP, zoo_scores
-from dpsynth.paths import OUTSIDE_GUARANTEE, PUBLIC_TRAINING_SPLIT
+from dpsynth.paths import OUTSIDE_GUARANTEE
 
 #: The parts of the record computed on the real TRAINING split: the classifier IS (its network is trained on
 #: those records; its record carries that network's hold-out accuracy on them) and FID, KID and FID-infinity
@@ -119,23 +121,18 @@ def gswgan_scores(train_sets: list[tuple[np.ndarray, np.ndarray]], is_sets: list
     }
 
 
-def release_training_split(record: dict[str, Any], *, public: bool, dataset: str,
-                           private_path: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def release_training_split(record: dict[str, Any], *, dataset: str,
+                           private_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a run's ``protocols.gs_wgan`` record into what its released metrics.json may hold and what stays
-    under the private root (None: nothing).
-
-    ``public`` (``Params.is_public``: ``data.public`` lists ``dataset``): the training-split parts
-    (``TRAINING_SPLIT_KEYS``) stay in the record, each labelled ``PUBLIC_TRAINING_SPLIT`` -- GS-WGAN's Table 1
-    on a public benchmark. Otherwise they are replaced by "not available" records naming ``private_path``, where
-    the stage writes them (labelled outside the guarantee), and the table says so: no released file then holds
-    a statistic of the dataset's training records."""
-    if public:
-        return {**record, **{k: {**record[k], "privacy": PUBLIC_TRAINING_SPLIT} for k in TRAINING_SPLIT_KEYS}}, None
+    under the private root, whatever ``data.public`` says: the training-split parts (``TRAINING_SPLIT_KEYS``)
+    are replaced by "not available" records naming ``private_path``, where the stage writes them (labelled
+    outside the guarantee). The report puts them back for a dataset declared public when it is built
+    (``report.runs.RunStore.load_all``, labelled ``paths.PUBLIC_TRAINING_SPLIT``); no released file holds them."""
     what = {"is": "the classifier IS (its network is trained on the real training split)",
             "fid_train": "FID, KID and FID-infinity against the real training split"}
     released = {k: {"available": False, "private": private_path,
-                    "reason": f"{what[k]}: computed on {dataset}'s training records without noise, and data.public "
-                              f"does not declare {dataset} public, so it is kept under the private root "
-                              f"({private_path}), in no released file"} for k in TRAINING_SPLIT_KEYS}
+                    "reason": f"{what[k]}: computed on {dataset}'s training records without noise, so kept under "
+                              f"the private root ({private_path}) and in no released file; the report shows it "
+                              f"where data.public declares {dataset} public"} for k in TRAINING_SPLIT_KEYS}
     kept = {"dataset": dataset, "privacy": OUTSIDE_GUARANTEE, **{k: record[k] for k in TRAINING_SPLIT_KEYS}}
     return {**record, **released}, kept

@@ -308,11 +308,9 @@ def _check_protocols(protocols: Any, *, real: bool = False) -> None:
     training-split FID where available, and per-set accuracies of the same models in every set.
 
     And one a run must not release: its IS and training-split FID are statistics of the training records
-    without noise, so a run's record (not a real-data row's, which is never pushed) holds them only labelled
-    ``paths.PUBLIC_TRAINING_SPLIT`` (a dataset ``data.public`` declares public:
-    ``gswgan_protocol.release_training_split``); and no record holds the IS network's key, a hash of its
-    training records."""
-    from dpsynth.paths import PUBLIC_TRAINING_SPLIT
+    without noise, so a run's record (not a real-data row's, which is never pushed) never holds them
+    (``gswgan_protocol.release_training_split``: they stay under the private root; the report shows them for a
+    dataset declared public); and no record holds the IS network's key, a hash of its training records."""
 
     if not isinstance(protocols, dict):
         raise MetricsError("protocols", f"must be a mapping of protocol -> record, got {type(protocols).__name__}")
@@ -331,10 +329,11 @@ def _check_protocols(protocols: Any, *, real: bool = False) -> None:
                                f"says available but has no numeric 'mean'/'std': {sub!r}")
         if sub["available"]:
             _check_summary(f"protocols.{GS_WGAN}.{key}", sub, NON_NEGATIVE)
-        if sub["available"] and not real and sub.get("privacy") != PUBLIC_TRAINING_SPLIT:
-            raise MetricsError(f"protocols.{GS_WGAN}.{key}", "is computed on the training records without noise and "
-                               "is not labelled as a public dataset's (data.public): re-run `dpsynth evaluate`, which "
-                               "keeps it under the private root (private/runs/<run>/gswgan_train.json)")
+        if sub["available"] and not real:
+            raise MetricsError(f"protocols.{GS_WGAN}.{key}", "is computed on the training records without noise: "
+                               "never in a run's metrics.json; re-run `dpsynth evaluate`, which keeps it under the "
+                               "private root (private/runs/<run>/gswgan_train.json), where the report reads it for a "
+                               "dataset data.public declares public")
     classifier = gs["is"].get("classifier")
     if isinstance(classifier, dict) and "key" in classifier:
         raise MetricsError(f"protocols.{GS_WGAN}.is.classifier.key", "is a hash of the IS network's training "

@@ -122,6 +122,35 @@ def validate_metrics(path: Path, metrics: dict[str, Any], *, real: str | None = 
     return out
 
 
+def with_public_training_split(metrics: dict[str, Any], private: Path, experiment: str) -> dict[str, Any]:
+    """A run's metrics with GS-WGAN's IS and training-split FID read back from under the private root
+    (``paths.gswgan_train_file``, written by its evaluate job), each labelled ``paths.PUBLIC_TRAINING_SPLIT``: for a
+    dataset ``data.public`` declares public, as GS-WGAN's Table 1 shows them. Unchanged when the run has no such
+    record or the file is not there (the table then says where it would be); a damaged file is refused by name."""
+    import json
+
+    from dpsynth.evaluate.gswgan_protocol import TRAINING_SPLIT_KEYS
+    from dpsynth.evaluate.record import GS_WGAN
+    from dpsynth.paths import PUBLIC_TRAINING_SPLIT, gswgan_train_file
+
+    gs = (metrics.get("protocols") or {}).get(GS_WGAN)
+    if not isinstance(gs, dict) or not all("private" in (gs.get(k) or {}) for k in TRAINING_SPLIT_KEYS):
+        return metrics
+    where = gswgan_train_file(private, experiment)
+    try:
+        kept = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return metrics
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{where}: not readable JSON ({exc.__class__.__name__}); re-run `dpsynth evaluate "
+                        f"{experiment}`") from None
+    kept = kept.get("gswgan_train") if isinstance(kept, dict) else None
+    if not isinstance(kept, dict) or not all(isinstance(kept.get(k), dict) for k in TRAINING_SPLIT_KEYS):
+        raise DataError(f"{where}: lacks {' and '.join(TRAINING_SPLIT_KEYS)}; re-run `dpsynth evaluate {experiment}`")
+    shown = {k: {**kept[k], "privacy": PUBLIC_TRAINING_SPLIT} for k in TRAINING_SPLIT_KEYS}
+    return {**metrics, "protocols": {**metrics["protocols"], GS_WGAN: {**gs, **shown}}}
+
+
 class RunStore:
     """Reads ``{results}/runs/{experiment}/metrics.json`` (and ``real/{dataset}/``) once per run."""
 
@@ -131,12 +160,16 @@ class RunStore:
         self._complete = False  # True once every metrics.json under results/ is loaded (see load_all)
 
     @classmethod
-    def load_all(cls, results: Path, configured: dict[str, tuple[str, str]] | None = None) -> RunStore:
+    def load_all(cls, results: Path, configured: dict[str, tuple[str, str]] | None = None, *,
+                 private: Path | None = None, public: frozenset[str] = frozenset()) -> RunStore:
         """Read, verify and validate EVERY metrics.json under ``results/runs`` and ``results/real``
         before anything is written: one bad file refuses the whole report (naming it), so a
         previous good set of tables is never replaced by one built from a damaged file. The
         store then never reads a file again (what was validated is what is printed).
-        ``configured`` maps experiment -> (dataset, method) from params.yaml."""
+        ``configured`` maps experiment -> (dataset, method) from params.yaml. With ``private`` (the private
+        root), a run on a dataset in ``public`` (``data.public`` as the report is built) gets GS-WGAN's
+        training-split statistics back from where its evaluate job kept them (:func:`with_public_training_split`):
+        the tables show them labelled; no released file holds them."""
         store = cls(results)
         configured = configured or {}
         for kind, root in ((RUNS, store.results / RUNS), (REAL, store.results / REAL)):
@@ -146,6 +179,8 @@ class RunStore:
                 metrics = validate_metrics(path, _read_metrics(path), real=sub if kind == REAL else None,
                                            configured=configured.get(sub) if kind == RUNS else None)
                 _verify(path, metrics)  # after the shape check, so 'privacy: "oops"' is named as a bad key
+                if kind == RUNS and private is not None and metrics.get("dataset") in public:
+                    metrics = with_public_training_split(metrics, Path(private), sub)
                 store._cache[key] = Run(name, path, metrics)
         store._complete = True
         return store

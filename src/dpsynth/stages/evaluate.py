@@ -100,13 +100,12 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
         if gs is not None:
             from dpsynth.evaluate.gswgan_protocol import release_training_split
 
-            # GS-WGAN's IS and training-split FID: released (labelled) only for a dataset declared public
+            # GS-WGAN's IS and training-split FID: statistics of the training records without noise, kept under
+            # the private root for every dataset; the report shows them for one data.public declares public
             where = gswgan_train_file(private_out, experiment)
-            scores["protocols"][GS_WGAN], kept = release_training_split(
-                gs, public=params.is_public(exp.dataset), dataset=exp.dataset, private_path=str(where))
-            if kept is not None:
-                _write_private(where, experiment, "gswgan_train", kept,
-                               "GS-WGAN's IS and FID against the training split")
+            scores["protocols"][GS_WGAN], kept = release_training_split(gs, dataset=exp.dataset,
+                                                                        private_path=str(where))
+            _write_private(where, experiment, "gswgan_train", kept, "GS-WGAN's IS and FID against the training split")
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
@@ -121,7 +120,7 @@ def _say(record: Any, out: Path) -> None:
     """The job's log lines: the scores its metrics.json releases, and nothing the release rule keeps on this
     machine (``paths.release_rule``: job logs are not private). A real-data row's numbers are in no released
     file (``results/real`` is never pushed), so its log names the file only; a run's GS-WGAN IS and FID against
-    the training split are printed only when its record releases them (a dataset declared public)."""
+    the training split are kept under the private root, and the log names where."""
     from dpsynth.evaluate.record import GS_WGAN
     from dpsynth.paths import OUTSIDE_GUARANTEE
 
@@ -143,12 +142,7 @@ def _say(record: Any, out: Path) -> None:
                                                      f"unavailable ({sub.get('reason')})"))
     gs = (record.protocols or {}).get(GS_WGAN)
     if gs is not None:
-        is_, ft = gs["is"], gs["fid_train"]
-        if "private" in is_:
-            train_part = f"IS and FID vs the training split kept under {is_['private']} (dataset not declared public)"
-        else:
-            train_part = (f"IS {is_['mean']:.2f}, FID vs the training split "
-                          + (f"{ft['mean']:.2f}" if ft["available"] else f"unavailable ({ft.get('reason')})"))
+        train_part = f"IS and FID vs the training split kept under {gs['is'].get('private')} (not printed)"
         print(f"{record.experiment}: GS-WGAN protocol: {train_part}, Avg Acc {gs['accuracy']['avg']['mean']:.3f} over "
               f"{len(gs['accuracy']['models'])} models; " + ", ".join(f"{k} {v} s" for k, v in gs["seconds"].items()))
     print(f"{record.experiment}: scores -> {out} (the report reads them)", flush=True)
@@ -164,8 +158,8 @@ def _spread(rec: dict[str, Any]) -> str:
 def _write_private(out: Path, experiment: str, key: str, value: dict[str, Any], what: str) -> Path:
     """Write a statistic of the run's training records without noise under the private root, labelled outside
     the guarantee (``paths.release_rule`` keeps it off every remote), so it never enters a released file: the W2 to
-    a Fig. 11 cell's own clean training records, GS-WGAN's IS and training-split FID of a dataset not declared
-    public. The report names this path instead. The value is not printed: job logs are not private."""
+    a Fig. 11 cell's own clean training records, GS-WGAN's IS and training-split FID. The report names this
+    path instead (or, for GS-WGAN's on a dataset data.public declares public, shows it labelled). The value is not printed: job logs are not private."""
     from dpsynth.io import write_json
     from dpsynth.paths import OUTSIDE_GUARANTEE
 

@@ -41,11 +41,12 @@ def _check_replaceable(folder: Path, flag: str) -> None:
 
 
 def run_report(params: Params, *, results: str = "results", models: str = "models", tables: str | None = None,
-               figures: str | None = None) -> int:
+               figures: str | None = None, private_out: str = "private") -> int:
     """Build every table and figure from RESULTS' metrics.json files into ``tables`` and ``figures``
     (default: RESULTS/tables and RESULTS/figures), each folder replaced as a whole; ``models`` holds
     the runs' training logs (the training curves). The privacy ledger also composes every release the
-    release ledger (``ledger_dir``, shared by every workspace) records."""
+    release ledger (``ledger_dir``, shared by every workspace) records. ``private_out``: the private root, where
+    GS-WGAN's training-split statistics lie; shown for the datasets ``data.public`` declares public now."""
     from dpsynth.io import staged_dir
     from dpsynth.report.figures import make_figures
     from dpsynth.report.ledger import LEDGER, build_ledger
@@ -67,7 +68,8 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     check_writable_dir(tables_dir.parent, "--tables" if tables else "--results")
     check_writable_dir(figures_dir.parent, "--figures" if figures else "--results")
     configured = {name: (exp.dataset, exp.method) for name, exp in params.all_experiments().items()}
-    store = RunStore.load_all(results_dir, configured)  # every metrics.json verified and validated, or nothing
+    # every metrics.json verified and validated, or nothing
+    store = RunStore.load_all(results_dir, configured, private=Path(private_out), public=frozenset(params.data.public))
     built = build_tables(params, results_dir, store)  # every table validated before anything is written
     from dpsynth.privacy.ledger_store import ReleaseLedger
 

@@ -4,6 +4,13 @@
 # One paper table: snakemake neurips_table4 --config scale=paper   (`dpsynth workflow targets` lists them)
 # The parameters are validated by the same loader the CLI and the tests use.
 
+# Before Snakemake's own YAML loader reads params.yaml (`configfile:` below) and any --configfile: a merge-key
+# bomb would hang it and it keeps the last of two equal keys silently; the CLI's loader refuses both in one line.
+from dpsynth.config import check_yaml_file as _check_yaml_file
+
+for _configfile in dict.fromkeys(["params.yaml", *(getattr(workflow, "configfiles", None) or [])]):
+    _check_yaml_file(_configfile)
+
 configfile: "params.yaml"
 
 # The jobs find `dpsynth` on PATH (workflow/rules/common.smk puts this environment's bin/ first).

@@ -90,7 +90,7 @@ def test_merge_key_override_is_not_a_duplicate(tmp_path):
 
 
 def test_snakemake_refuses_duplicate_key(tmp_path):
-    """Snakemake loads params.yaml itself (`configfile:`); common.smk runs the same check. Fails while
+    """Snakemake loads params.yaml itself (`configfile:`); the Snakefile runs the same check first. Fails while
     parsing the workflow, so nothing is run."""
     snakemake = venv_bin("snakemake")
     require(Path(snakemake).exists(), f"snakemake not installed at {snakemake} (a dependency: make env installs it)")
@@ -100,6 +100,48 @@ def test_snakemake_refuses_duplicate_key(tmp_path):
     res = subprocess.run([snakemake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     assert "duplicate key 'privacy' at experiments.dps_fmnist.privacy" in res.stdout + res.stderr
+
+
+def _merge_key_bomb(levels: int = 39) -> str:
+    """~2 KB of nested merge keys: each level merges the one below four times (4^39 values once flattened)."""
+    lines = ["a0: &a0 {x: 1}"] + [f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}], y{i}: 1}}"
+                                  for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_merge_key_bomb_is_refused_in_one_line_before_anything_is_built(tmp_path):
+    """Issue 63 item 9: a 2 KB file of nested merge keys (``<<``) hung config check, privatize and `snakemake -n`
+    (PyYAML's merge flattening copies each merged mapping). The loader counts what the file would expand to on
+    the composed nodes and refuses past a million values; params.yaml expands to 2,695, so the limit is far
+    from both. The alias bomb (lists of lists of aliases) is refused the same way."""
+    import time
+
+    from dpsynth.config.loader import MAX_YAML_NODES, expanded_size
+
+    assert expanded_size(yaml.compose((REPO / "params.yaml").read_text(), Loader=UniqueKeyLoader)) < 10_000
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_merge_key_bomb())
+    assert len(bomb.read_bytes()) < 2500
+    alias = tmp_path / "alias.yaml"
+    alias.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    for f in (bomb, alias):
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError, match=f"expand to more than {MAX_YAML_NODES:,} values"):
+            load_yaml(f)
+        assert time.perf_counter() - t0 < 5  # measured 0.01 s; the unchecked load runs for hours
+    res = run_cli("config", "check", str(bomb), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [f"dpsynth: error: {bomb}: its anchors and merge keys (<<) expand to "
+                                               f"more than {MAX_YAML_NODES:,} values (an alias or merge-key bomb); "
+                                               "nothing was built from it"]
+    snakemake = venv_bin("snakemake")
+    require(Path(snakemake).exists(), f"snakemake not installed at {snakemake} (a dependency: make env installs it)")
+    shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
+    shutil.copytree(REPO / "workflow", tmp_path / "workflow")
+    shutil.copy(bomb, tmp_path / "params.yaml")
+    res = subprocess.run([snakemake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "merge-key bomb" in res.stdout + res.stderr
 
 
 # --------------------------------------------------------------------------- 2. an experiment twice

@@ -7,18 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from dpsynth.config import check_yaml_file, parse_params, table_targets
+from dpsynth.config import parse_params, table_targets
 from dpsynth.config.run import check_sweep_at_scale
 from dpsynth.data.registry import DATASETS
 from dpsynth.errors import DpsynthError
 from dpsynth.fingerprint import fingerprint
 from dpsynth.workflow.dvc import refuse_stale_release_flags
 from dpsynth.workflow.settings import settings_path
-
-# Snakemake read params.yaml (and any --configfile) itself, with a YAML loader that silently keeps
-# the last of two equal keys; refuse duplicates in those files as the CLI's loader does.
-for _configfile in getattr(workflow, "configfiles", None) or ["params.yaml"]:
-    check_yaml_file(_configfile)
 
 
 def _gpus_switch(value) -> bool:

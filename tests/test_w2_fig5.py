@@ -287,3 +287,16 @@ def test_the_sweeps_second_measure_pickles_with_its_network(tmp_path: Path) -> N
     records = images_to_signed(x[:30].reshape(30, -1))
     got, copy = measure(records, 2), pickle.loads(pickle.dumps(measure))(records, 2)
     assert set(got) == set(ROW_FIELDS) and got == copy
+
+
+def test_w2noise_refuses_a_folder_as_its_out_before_training_anything(tmp_path: Path) -> None:
+    """Issue 63 item 9: `w2noise --out DIR` ran the whole sweep, then failed with a traceback. The output is
+    checked first: one line naming the option and a file to give instead; no data read, nothing written."""
+    (tmp_path / "outdir").mkdir()
+    res = run_cli("w2noise", "manifold2d_half_circle", "--params", str(REPO / "params.yaml"), "--out",
+                  str(tmp_path / "outdir"), "--private-out", str(tmp_path / "private"), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"dpsynth: error: --out {tmp_path / 'outdir'}: is a folder; give the CSV file to write, e.g. "
+        f"{tmp_path / 'outdir' / 'manifold2d_half_circle.csv'} (nothing was run)"]
+    assert not any((tmp_path / "outdir").iterdir()) and not (tmp_path / "private").exists()

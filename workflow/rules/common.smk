@@ -249,8 +249,13 @@ def experiment_dataset(wildcards):
 
 def require_w2_scale(target, dataset):
     """One line, before any job, when ``target`` needs the W2-vs-noise sweep of ``dataset`` at a scale where
-    that sweep does not train (w2_noise.<dataset>.scales): its stage would write an empty result."""
-    scales = PARAMS.w2_noise[dataset].scales if dataset in PARAMS.w2_noise else None
+    that sweep does not train (w2_noise.<dataset>.scales): its stage would write an empty result; and when
+    params.yaml configures no such sweep."""
+    if dataset not in PARAMS.w2_noise:
+        raise WorkflowError(f"{target} needs the W2-vs-noise sweep w2_noise.{dataset} in params.yaml, which has "
+                            f"none (configured: {sorted(PARAMS.w2_noise) or 'none'}); restore it from the shipped "
+                            "params.yaml")
+    scales = PARAMS.w2_noise[dataset].scales
     if scales is not None and PARAMS.scale not in scales:
         raise WorkflowError(f"{target} trains at the paper's settings: run it with --config "
                             f"scale={scales[-1]} (w2_noise.{dataset}.scales: {scales}; this run's scale is "

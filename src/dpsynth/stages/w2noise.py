@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpsynth.errors import ConfigError, did_you_mean
+from dpsynth.errors import ConfigError, DpsynthError, did_you_mean
+from dpsynth.locations import check_writable_dir
 from dpsynth.stages.common import prepare_cpu
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     cfg, preset = params.w2_noise[dataset], params.preset
     steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
     csv_path = Path(out) if out else w2_noise_csv(results, dataset)
+    # where it writes, checked before a generator trains: a sweep takes an hour and wrote nothing when its
+    # output turned out to be a folder (issue 63 item 9)
+    option = "--out" if out else "--results"
+    if csv_path.is_dir():
+        raise DpsynthError(f"{option} {csv_path}: is a folder; give the CSV file to write, e.g. "
+                           f"{csv_path / (dataset + '.csv')} (nothing was run)")
+    check_writable_dir(csv_path.parent, option)
     if cfg.scales is not None and params.scale not in cfg.scales:
         # Both DAGs still see the stage's outputs; the report reads the reason from the JSON.
         reason = (f"not run at scale {params.scale!r} (w2_noise.{dataset}.scales: {cfg.scales}; "

@@ -181,9 +181,9 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
     grids: list[tuple[str, str]] = []  # (label, run) of one run per n: the figures' sample grid per n
     runs: list[Run | None] = []
     for n, cells in groups.items():
-        reps = [store.experiment(x) for e in cells for x in params.replicates_of(e)]
-        runs += reps
         names = [x for e in cells for x in params.replicates_of(e)]
+        reps = [store.experiment(x) for x in names]
+        runs += reps
         first = next((name for name, r in zip(names, reps) if r is not None), None)
         if first is not None:
             grids.append((f"n = {n:,} ({first}; 1 of {sum(r is not None for r in reps)} runs)", first))

@@ -140,3 +140,35 @@ def test_fig11s_second_measure_cells_and_its_reading_along_n(tmp_path) -> None:
     assert "Ours: holds --" in kid_falls(falling)
     assert "Ours: does not hold --" in kid_falls(falling.assign(kid=falling["kid"][::-1].to_numpy()))
     assert "Ours: undecided" in kid_falls(falling.iloc[[0, 3]])
+
+
+def test_a_failed_step_check_turns_every_decided_claim_undecided_and_says_why() -> None:
+    """Issue 64 item 3: where twice the steps move a compared quantity by more than the differences a table decides,
+    its verdicts read undecided, saying why, their numbers kept; a step check that holds (or none) changes nothing.
+    Fig. 11's rate and its second measure along n are read the same way."""
+    from dpsynth.report.tables.train_size import kid_falls, rate_claim
+    from dpsynth.report.tables.w2_claims import step_check_verdict
+
+    at = Estimate.of_runs([10.0, 10.05, 9.95])
+    failed = step_check_verdict([("a", at, Estimate.of_runs([9.0, 9.02, 8.98]), 5000)], absolute=0.3)
+    passed = step_check_verdict([("a", at, Estimate.of_runs([10.0, 10.01, 9.99]), 5000)], absolute=0.3)
+    assert (failed.verdict, passed.verdict) == ("does not hold", "holds")
+    clear = _rows({"entropic": [10, 10, 10, 10], "exact": [11, 11, 11, 11]})
+    assert "Ours: holds --" in entropic_claim(clear, steps=passed) == entropic_claim(clear)
+    note = entropic_claim(clear, steps=failed)
+    assert note.startswith("Claim (Reshetova et al., Fig. 5)") and "Ours: undecided --" in note
+    assert "entropic - exact = -1.000" in note and ": holds" in note  # the numbers and what they would say, kept
+    assert "undecided because the step check does not hold: twice the steps move a compared W2" in note
+    assert "Ours: undecided --" in slope_claim(_rows({"entropic": [1, 1.1, 1.2, 1.3], "exact": [1, 2, 3, 4]}),
+                                               steps=failed)
+    # an undecided verdict stays as it was (one run per setting, no noise estimate)
+    single = _rows({"entropic": [10] * 4, "exact": [11] * 4}, runs=1)
+    assert entropic_claim(single, steps=failed) == entropic_claim(single)
+    runs = pd.DataFrame({"n": [1000.0] * 3 + [4000.0] * 3 + [16000.0] * 3 + [64000.0] * 3,
+                         "test": [12 + 36 / np.sqrt(n) + d for n in (1000, 4000, 16000, 64000) for d in (-0.01, 0, 0.01)]})
+    assert "Ours: holds --" in rate_claim(runs, step_verdict=passed)
+    rate = rate_claim(runs, step_verdict=failed)
+    assert "Ours: undecided --" in rate and "n is confounded with the steps each cell needed" in rate
+    kids = pd.DataFrame({"n": [1000.0] * 3 + [60000.0] * 3, "kid": [5e-3, 5.1e-3, 4.9e-3, 1e-3, 1.1e-3, 0.9e-3]})
+    assert "Ours: holds --" in kid_falls(kids, step_verdict=passed)
+    assert "Ours: undecided --" in kid_falls(kids, step_verdict=failed)

@@ -218,6 +218,18 @@ def lowest(target: str, estimates: dict[str, Estimate], *, what: str = "") -> Ve
     return all_of(parts, what or f"{target} lowest")
 
 
+def unconverged(verdict: Verdict, steps: Verdict | None, why: str) -> Verdict:
+    """``verdict`` as the step check lets it stand: unchanged when the check holds (or there is none), else
+    undecided -- its compared differences kept, so a reader sees what they would say -- with the reason in its
+    rule: a ranking decided at a step count that twice the steps would move by more than the differences it rests
+    on may reflect where training stopped, not the claim."""
+    if steps is None or steps.verdict == HOLDS or verdict.verdict == UNDECIDED:
+        return verdict
+    return Verdict(UNDECIDED, verdict.difference, verdict.interval,
+                   f"{verdict.rule}; undecided because the step check {steps.verdict}: {why}", verdict.what,
+                   verdict.parts)
+
+
 def leaves(v: Verdict) -> list[Verdict]:
     """The single comparisons under a combined verdict (itself when it has no parts)."""
     return [leaf for p in v.parts for leaf in leaves(p)] if v.parts else [v]

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.paths import OUTSIDE_GUARANTEE, PRIVATE, w2_train_file
-from dpsynth.report.claims import Estimate, Verdict, all_of, claim_note, compare, exact, fit_line
+from dpsynth.report.claims import Estimate, Verdict, all_of, claim_note, compare, exact, fit_line, unconverged
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
 from dpsynth.report.tables.common import BuiltTable, _members
@@ -101,7 +101,8 @@ def rate_claim(runs: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CLAI
     columns ``n`` and ``test``, one row per run): the excess over the floor falls (c > 0 in W2 = a + c n^-1/2)
     and the free exponent b is the paper's 1/2 within ``SLOPE_TOLERANCE``. The train curve is private and not
     checked here. ``step_verdict``: whether each n was trained to convergence (the step check); when it does
-    not hold the verdict says n is confounded with convergence."""
+    not hold the verdict reads undecided (``claims.unconverged``: n is confounded with convergence), the fit's
+    numbers kept."""
     source = f"Reshetova et al., {figure}"
     ok = runs[["n", "test"]].dropna()
     if ok["n"].nunique() < 2:
@@ -111,7 +112,9 @@ def rate_claim(runs: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CLAI
     if "exponent" in fit:
         parts.append(compare(fit["exponent"], exact(-PAPER_SLOPE, "the paper's 1/2"), "within",
                              margin=SLOPE_TOLERANCE, what="free exponent b - 1/2"))
-    verdict = all_of(parts, "rate")
+    verdict = unconverged(all_of(parts, "rate"), step_verdict,
+                          "twice the steps move W2 at the checked n by more than the excess the fit attributes to n "
+                          "there, so n is confounded with the steps each cell needed")
     a = fit["floor"]
     floor = f"floor a = {a.value:.3f}" + (f" ± {a.se:.3f} (s.e.)" if a.se is not None else "")
     b = fit.get("exponent")
@@ -121,26 +124,21 @@ def rate_claim(runs: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CLAI
     details = (f"(Held-out curve only: the train curve is private. W2 = a + c n^-1/2 over {len(ok)} runs: {floor}, "
                f"c = {fit['c'].value:.2f}; {free}; within ±{SLOPE_TOLERANCE:g} of 1/2 counts as the rate (our "
                f"margin). The log-log slope of the total W2, {total:+.3f}, includes the floor and is not the rate.")
-    if step_verdict is not None and step_verdict.verdict != "holds":
-        details += (f" Convergence: the step check is {step_verdict.verdict}, so n is confounded with the number "
-                    "of steps each cell needed; the rate is not decided on converged runs.")
     note = claim_note(source, claim, verdict, details=details + ")")
-    if step_verdict is not None and step_verdict.verdict != "holds" and verdict.verdict != "undecided":
-        note = note.replace(f"Ours: {verdict.verdict} --", f"Ours: {verdict.verdict} (confounded with "
-                            "convergence) --", 1)
     return note
 
 
-def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11") -> str:
+def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11", step_verdict: Verdict | None = None) -> str:
     """The second measure read along n (not a claim of the paper): the KID x 10^3 of the runs at the largest n
     against those at the smallest (``per_run``: columns ``n`` and ``kid``, one row per run), decided by the claim
-    checker on the runs' spread."""
+    checker on the runs' spread; undecided where the step check does not hold (``claims.unconverged``)."""
     ok = per_run.dropna()
     if ok["n"].nunique() < 2:
         return "Second measure along n: not checked (KID at fewer than two n)."
     lo, hi = ok["n"].min(), ok["n"].max()
     small, large = (Estimate.of_runs(1e3 * ok.loc[ok["n"] == n, "kid"]) for n in (lo, hi))
-    verdict = compare(large, small, "less", what=f"KID ×10³ at n={hi:,.0f} minus at n={lo:,.0f}")
+    verdict = unconverged(compare(large, small, "less", what=f"KID ×10³ at n={hi:,.0f} minus at n={lo:,.0f}"),
+                          step_verdict, "the generators at the larger n had not converged at this step count")
     return claim_note(f"ours, beside Reshetova et al., {figure}",
                       f"the generator is closer to the clean data by the second measure (KID ×10³) at n={hi:,.0f} "
                       f"than at n={lo:,.0f}", verdict,
@@ -148,10 +146,11 @@ def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11") -> str:
                               f"over {large.n}.)")
 
 
-def _step_check(check: str, groups: dict[int, list[str]], params: Params, store: RunStore
-                ) -> tuple[str, Verdict | None]:
+def _step_check(check: str, groups: dict[int, list[str]], params: Params, store: RunStore,
+                fit: dict[str, Estimate]) -> tuple[str, Verdict | None]:
     """The table's ``step_check`` run(s) beside the runs of the same n (the step count's criterion): the note and
-    its verdict (None when not checked)."""
+    its verdict (None when not checked). The margin is what the table decides there: the excess over the floor the
+    rate fit attributes to that n, c n^-1/2 (``fit``; without a fit, 5 %)."""
     from dpsynth.report.tables.w2_claims import step_check, step_verdict
 
     experiments = params.all_experiments()
@@ -164,7 +163,11 @@ def _step_check(check: str, groups: dict[int, list[str]], params: Params, store:
     run = next(r for r in base if r is not None)
     steps = int((run.metrics.get("train") or {}).get("steps") or experiments[twins[0]].hparams.max_steps or 0)
     what = f"n={n:,} ({', '.join(twins)} vs {check})"
-    return step_check([(what, at, twice, steps)]), step_verdict(what, at, twice)
+    c = fit.get("c")
+    absolute = abs(c.value) * n ** -0.5 if c is not None and math.isfinite(c.value) and n > 0 else None
+    return (step_check([(what, at, twice, steps)], absolute=absolute,
+                       absolute_is=f"the excess over the floor the rate fit gives n={n:,} (c n^-1/2)"),
+            step_verdict(what, at, twice, absolute=absolute))
 
 
 def _train_size_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -209,9 +212,10 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                  f"privatization) -- is {OUTSIDE_GUARANTEE}. It is not in this table or its figure: each cell's "
                  f"lies in {train_curve_path('<cell>')} (the private root, never pushed), column 'W2 to clean train "
                  "(private)'.")
-    step_note, steps_ok = _step_check(table.step_check, groups, params, store) if table.step_check is not None \
-        else (None, None)
     rows = pd.DataFrame(per_run, columns=["n", "test"])
+    fit = fit_rate(rows["n"], rows["test"]) if rows["n"].nunique() >= 2 else {}
+    step_note, steps_ok = _step_check(table.step_check, groups, params, store, fit) \
+        if table.step_check is not None else (None, None)
     notes.append(rate_claim(rows, figure=paper.table if paper is not None else name, step_verdict=steps_ok))
     if step_note is not None:
         notes.append(step_note)
@@ -219,12 +223,11 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
         notes.append(SECOND_MEASURE_NOTE.replace("on the same generated records as W2", "on each run's synthetic set "
                                                  "(its first 1,000 records), the set W2 reads"))
         notes.append(kid_falls(pd.DataFrame(kids, columns=["n", "kid"]),
-                               figure=paper.table if paper is not None else name))
+                               figure=paper.table if paper is not None else name, step_verdict=steps_ok))
     notes += _scale_notes(runs)
     columns = ["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper"] + \
         ([KID_COLUMN, PR_COLUMN] if kids else []) + ["W2 to clean train (private)"]
     frame = pd.DataFrame.from_records(records, columns=columns).fillna("not evaluated")
-    fit = fit_rate(rows["n"], rows["test"]) if rows["n"].nunique() >= 2 else {}
     curves: dict[str, Any] = {"dataset": table.dataset, "points": df.to_dict("records"), "slopes": slopes,
                               "runs": rows.to_dict("records"),
                               "fit": {k: {"value": e.value, "se": e.se} for k, e in fit.items()},

@@ -210,16 +210,21 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             slope_claim,
             smallest_decided,
             sweep_step_check,
+            sweep_step_verdict,
         )
 
-        notes.append(entropic_claim(df))
-        if "kid" in df and df["kid"].notna().any():
-            notes.append(entropic_kid_claim(df))
-        notes.append(slope_claim(df))
-        notes.append(privatized_claim(df))
+        # the step check first: where twice the steps move W2 by more than the smallest difference the table
+        # decides, every claim below reads undecided (claims.unconverged), its numbers kept
         checks = rows_of_role(every, "step_check")
+        decided = smallest_decided(lowest_verdict(levels_of(df, "w2", lambda v: f"σ={v:g}"))) if len(checks) \
+            else None
+        steps = sweep_step_verdict(df, checks, absolute=decided) if len(checks) else None
+        notes.append(entropic_claim(df, steps=steps))
+        if "kid" in df and df["kid"].notna().any():
+            notes.append(entropic_kid_claim(df, steps=steps))
+        notes.append(slope_claim(df, steps=steps))
+        notes.append(privatized_claim(df, steps=steps))
         if len(checks):
-            decided = smallest_decided(lowest_verdict(levels_of(df, "w2", lambda v: f"σ={v:g}")))
             notes.append(sweep_step_check(df, checks, absolute=decided))
         refs = rows_of_role(every, "reference")
         for r in refs.itertuples():

@@ -37,6 +37,7 @@ from dpsynth.report.claims import (
     fit_line,
     leaves,
     lowest,
+    unconverged,
 )
 
 SOURCE = "Reshetova et al., {figure}"
@@ -64,11 +65,18 @@ def smallest_decided(verdict: Verdict | None) -> float | None:
     return min(decided) if decided else None
 
 
+#: Why a decided verdict turns undecided when the table's step check does not hold (``claims.unconverged``).
+NOT_CONVERGED = ("twice the steps move a compared W2 by more than the differences decided here, so a ranking may "
+                 "reflect where training stopped rather than the losses")
+
+
 def lowest_claim(levels: dict[str, dict[str, Estimate]], *, figure: str, claim: str, levels_name: str,
-                 what: str = "W2 to the clean data") -> str:
+                 what: str = "W2 to the clean data", steps: Verdict | None = None) -> str:
     """At each level (a noise level, a mechanism row), "the entropic loss's value is the smallest", decided
-    against each other loss of that level; the claim is made at every level (``claims.all_of``)."""
+    against each other loss of that level; the claim is made at every level (``claims.all_of``). ``steps``: the
+    table's step check; where it does not hold, the verdict reads undecided (``claims.unconverged``)."""
     verdict = lowest_verdict(levels)
+    verdict = unconverged(verdict, steps, NOT_CONVERGED) if verdict is not None else None
     if verdict is None:
         return (f"Claim ({SOURCE.format(figure=figure)}): {claim}. Ours: not checked (no {levels_name[:-1]} has "
                 "the entropic loss and another).")
@@ -87,27 +95,28 @@ def levels_of(df: pd.DataFrame, column: str, level: Callable[[Any], str]) -> dic
 
 
 def entropic_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", claim: str = CLAIM,
-                   level: Callable[[Any], str] = lambda v: f"σ={v:g}", levels: str = "noise levels") -> str:
+                   level: Callable[[Any], str] = lambda v: f"σ={v:g}", levels: str = "noise levels",
+                   steps: Verdict | None = None) -> str:
     """Fig. 5 (left) on the sweep's rows (columns ``loss``, ``noise``, ``w2``; optional ``seed``,
     ``w2_draw_std``, ``w2_draws``)."""
-    return lowest_claim(levels_of(df, "w2", level), figure=figure, claim=claim, levels_name=levels)
+    return lowest_claim(levels_of(df, "w2", level), figure=figure, claim=claim, levels_name=levels, steps=steps)
 
 
 KID_CLAIM = (CLAIM + ", read with the second measure: the lowest KID to the clean data in a learned feature space "
              "(not a claim of the paper, which measures W2 only)")
 
 
-def entropic_kid_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
+def entropic_kid_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", steps: Verdict | None = None) -> str:
     """Fig. 5 (left)'s claim decided on the second measure (column ``kid``, shown x 10^3), the rows of one (loss,
     noise) its training runs; with one run, undecided (the spread over KID's subsets is over reference draws,
     not over the generator's samples, so it is not used as the run's noise)."""
     rows = df[df["kid"].notna()].assign(kid=lambda d: 1e3 * d["kid"].astype(float))
     rows = rows.drop(columns=[c for c in ("kid_draw_std", "kid_draws") if c in rows])
     return lowest_claim(levels_of(rows, "kid", lambda v: f"σ={v:g}"), figure=figure, claim=KID_CLAIM,
-                        levels_name="noise levels", what="KID ×10³ to the clean data")
+                        levels_name="noise levels", what="KID ×10³ to the clean data", steps=steps)
 
 
-def slope_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
+def slope_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", steps: Verdict | None = None) -> str:
     """Least-squares slope of W2 to the clean data against sigma per loss, over every row (each training run its
     own point; the slope's error from the residuals), the entropic slope compared with each other."""
     head = f"Claim ({SOURCE.format(figure=figure)}): {SLOPE_CLAIM}."
@@ -118,12 +127,12 @@ def slope_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
     if "entropic" not in slopes or len(slopes) < 2:
         return f"{head} Ours: not checked (the entropic loss and another need two noise levels each)."
     said = ", ".join(f"{loss} {e.value:+.3f}" for loss, e in sorted(slopes.items(), key=lambda kv: kv[1].value))
-    verdict = lowest("entropic", slopes, what="slopes")
+    verdict = unconverged(lowest("entropic", slopes, what="slopes"), steps, NOT_CONVERGED)
     return claim_note(SOURCE.format(figure=figure), SLOPE_CLAIM, verdict,
                       details=f"(Slopes, W2 per unit of σ, smallest first: {said}.)")
 
 
-def privatized_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
+def privatized_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", steps: Verdict | None = None) -> str:
     """At each noise level, the entropic loss's generator has the smallest entropic W2 (at λ = 2σ²) to held-out
     privatized records (column ``entropic_w2_privatized``)."""
     fig = f"{figure}, right"
@@ -133,7 +142,7 @@ def privatized_claim(df: pd.DataFrame, *, figure: str = "Fig. 5") -> str:
     rows = df[df["entropic_w2_privatized"].notna()]
     return lowest_claim(levels_of(rows, "entropic_w2_privatized", lambda v: f"σ={v:g}"), figure=fig,
                         claim=PRIVATIZED_CLAIM, levels_name="noise levels",
-                        what="entropic W2 to held-out privatized records, squared units")
+                        what="entropic W2 to held-out privatized records, squared units", steps=steps)
 
 
 def step_verdict(what: str, at: Estimate, twice: Estimate, tolerance: float = STEP_CHECK_TOLERANCE,
@@ -145,37 +154,55 @@ def step_verdict(what: str, at: Estimate, twice: Estimate, tolerance: float = ST
     return compare(twice, at, "within", margin=tolerance, relative=True, what=f"{what}: (2x steps - steps) / steps")
 
 
+def step_check_verdict(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
+                       tolerance: float = STEP_CHECK_TOLERANCE, absolute: float | None = None) -> Verdict | None:
+    """:func:`step_check`'s verdict (None: no run at twice the steps)."""
+    if not pairs:
+        return None
+    return all_of([step_verdict(f"{what} at {steps:,} vs {2 * steps:,} steps", a, b, tolerance, absolute)
+                   for what, a, b, steps in pairs], "every check")
+
+
 def step_check(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
-               tolerance: float = STEP_CHECK_TOLERANCE, absolute: float | None = None) -> str:
+               tolerance: float = STEP_CHECK_TOLERANCE, absolute: float | None = None,
+               absolute_is: str = "the smallest difference this table decides") -> str:
     """``pairs``: (what, the value at the chosen steps, at twice them, the chosen steps). The criterion holds
     where the change's interval lies inside ±``tolerance`` (relative) or, with ``absolute`` (the smallest
     difference the table decides), inside ±``absolute``: then a decided ranking cannot be an artefact of
     stopping early."""
-    if not pairs:
+    verdict = step_check_verdict(pairs, tolerance=tolerance, absolute=absolute)
+    if verdict is None:
         return "Step count: not checked (no run at twice the steps)."
-    parts = [step_verdict(f"{what} at {steps:,} vs {2 * steps:,} steps", a, b, tolerance, absolute)
-             for what, a, b, steps in pairs]
     said = "; ".join(f"{what}: {a.value:.3f} at {steps:,} steps, {b.value:.3f} at {2 * steps:,}"
                      for what, a, b, steps in pairs)
-    bound = (f"{absolute:.3f}, the smallest difference this table decides" if absolute is not None
+    bound = (f"{absolute:.3f}, {absolute_is}" if absolute is not None
              else f"{tolerance:.0%}")
-    verdict = all_of(parts, "every check")
     note = claim_note("ours; the paper states no step count",
                       f"twice the steps move no W2 to the clean data by more than {bound}",
                       verdict, details=f"({said}.)").replace("Claim (", "Step count (", 1)
     if verdict.verdict != "holds":
-        note += (" Until it holds, a decided ranking of this table may reflect where training stopped rather than "
-                 "the losses.")
+        note += (" Until it holds, the claims of this table that it decided read undecided: a ranking may reflect "
+                 "where training stopped rather than the claim.")
     return note
 
 
 def sweep_step_check(figure_rows: pd.DataFrame, check_rows: pd.DataFrame, absolute: float | None = None) -> str:
     """The W2-vs-noise sweep's step check: each (loss, noise) of the ``step_check`` rows against the figure rows
     of the same loss and noise level."""
+    return step_check(_sweep_pairs(figure_rows, check_rows), absolute=absolute)
+
+
+def sweep_step_verdict(figure_rows: pd.DataFrame, check_rows: pd.DataFrame,
+                       absolute: float | None = None) -> Verdict | None:
+    """:func:`sweep_step_check`'s verdict, which the sweep's claims are read under (``claims.unconverged``)."""
+    return step_check_verdict(_sweep_pairs(figure_rows, check_rows), absolute=absolute)
+
+
+def _sweep_pairs(figure_rows: pd.DataFrame, check_rows: pd.DataFrame) -> list[tuple[str, Estimate, Estimate, int]]:
     pairs = []
     for (loss, noise), g in check_rows.groupby(["loss", "noise"]):
         base = figure_rows[(figure_rows["loss"] == loss) & (figure_rows["noise"] == noise)]
         if len(base):
             steps = int(base["steps"].iloc[0]) if "steps" in base else int(g["steps"].iloc[0]) // 2
             pairs.append((f"{loss} σ={noise:g}", estimate_of_rows(base, "w2"), estimate_of_rows(g, "w2"), steps))
-    return step_check(pairs, absolute=absolute)
+    return pairs

@@ -30,7 +30,8 @@ def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path 
     if len({p["n"] for p in pts}) < 2:
         return not_drawn(path, built.title, f"fewer than two training-set sizes evaluated ({params.scale} scale)")
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    # constrained: the two-paragraph title gets its own room instead of covering the legend and the axes
+    fig, ax = plt.subplots(figsize=(7.0, 5.4), layout="constrained")
     runs = [p for p in built.curves.get("runs", []) if not math.isnan(p["test"])]
     if runs:  # every training run's point, then the mean per n with its standard error
         ax.scatter([p["n"] for p in runs], [p["test"] for p in runs], s=8, color="tab:orange", alpha=0.5,
@@ -38,8 +39,14 @@ def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path 
     xy = np.array([(p["n"], p["test"], p.get("se", math.nan), p.get("runs", 1)) for p in pts], dtype=np.float64)
     err = np.where(np.isfinite(xy[:, 2]), xy[:, 2], 0.0)
     ax.errorbar(xy[:, 0], xy[:, 1], yerr=err, marker="s", color="tab:orange", ls="-", capsize=2,
-                label=f"mean over {int(xy[:, 3].min())}-{int(xy[:, 3].max())} runs per n (± s.e.)"
+                label=(f"mean over {int(xy[:, 3].max())} runs per n (± s.e.)" if xy[:, 3].min() == xy[:, 3].max()
+                       else f"mean over {int(xy[:, 3].min())}-{int(xy[:, 3].max())} runs per n (± s.e.)")
                 if xy[:, 3].max() > 1 else "held-out (clean test split): one run per n")
+    check = built.curves.get("step_check")
+    if check:  # the same n at twice the steps: how far that n still was from convergence
+        ax.errorbar([check["n"]], [check["value"]], yerr=[check["se"] or 0.0], marker="v", color="tab:red", ls="none",
+                    capsize=2, label=f"n = {check['n']:,.0f} at twice the steps ({check['steps']:,}; "
+                                     f"{check['runs']} runs): the step check")
     fit = built.curves.get("fit") or {}
     xs = np.geomspace(xy[:, 0].min(), xy[:, 0].max(), 50)
     if "floor" in fit and "c" in fit:  # the rate fitted on the excess over the estimator's floor
@@ -53,6 +60,11 @@ def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path 
         ax.plot([], [], " ", label=f"free exponent b = {b['value']:.2f}{se}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    for axis in (ax.yaxis,):  # plain numbers on the log axis (12.4, not 1.24 x 10^1)
+        axis.set_major_formatter(FormatStrFormatter("%.2f"))
+        axis.set_minor_formatter(FormatStrFormatter("%.2f"))
     ax.set_xlabel("training-set size n")
     ax.set_ylabel("W2 to the clean data")
     ax.legend(fontsize=7)

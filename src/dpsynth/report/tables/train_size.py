@@ -147,10 +147,11 @@ def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11", step_verdict: V
 
 
 def _step_check(check: str, groups: dict[int, list[str]], params: Params, store: RunStore,
-                fit: dict[str, Estimate]) -> tuple[str, Verdict | None]:
+                fit: dict[str, Estimate]) -> tuple[str, Verdict | None, dict[str, Any] | None]:
     """The table's ``step_check`` run(s) beside the runs of the same n (the step count's criterion): the note and
     its verdict (None when not checked). The margin is what the table decides there: the excess over the floor the
-    rate fit attributes to that n, c n^-1/2 (``fit``; without a fit, 5 %)."""
+    rate fit attributes to that n, c n^-1/2 (``fit``; without a fit, 5 %). Also the point the figure marks: the
+    check's mean W2 at its n."""
     from dpsynth.report.tables.w2_claims import step_check, step_verdict
 
     experiments = params.all_experiments()
@@ -159,15 +160,16 @@ def _step_check(check: str, groups: dict[int, list[str]], params: Params, store:
     base = [store.experiment(x) for t in twins for x in params.replicates_of(t)]
     at, twice = w2_estimate(base), w2_estimate([store.experiment(x) for x in params.replicates_of(check)])
     if at.n == 0 or twice.n == 0:
-        return f"Step count: not checked ({check} or the n = {n:,} cell has no W2 yet).", None
+        return f"Step count: not checked ({check} or the n = {n:,} cell has no W2 yet).", None, None
     run = next(r for r in base if r is not None)
     steps = int((run.metrics.get("train") or {}).get("steps") or experiments[twins[0]].hparams.max_steps or 0)
     what = f"n={n:,} ({', '.join(twins)} vs {check})"
     c = fit.get("c")
     absolute = abs(c.value) * n ** -0.5 if c is not None and math.isfinite(c.value) and n > 0 else None
+    point = {"n": float(n), "value": twice.value, "se": twice.se, "runs": twice.n, "steps": 2 * steps}
     return (step_check([(what, at, twice, steps)], absolute=absolute,
                        absolute_is=f"the excess over the floor the rate fit gives n={n:,} (c n^-1/2)"),
-            step_verdict(what, at, twice, absolute=absolute))
+            step_verdict(what, at, twice, absolute=absolute), point)
 
 
 def _train_size_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -214,8 +216,8 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                  "(private)'.")
     rows = pd.DataFrame(per_run, columns=["n", "test"])
     fit = fit_rate(rows["n"], rows["test"]) if rows["n"].nunique() >= 2 else {}
-    step_note, steps_ok = _step_check(table.step_check, groups, params, store, fit) \
-        if table.step_check is not None else (None, None)
+    step_note, steps_ok, check_point = _step_check(table.step_check, groups, params, store, fit) \
+        if table.step_check is not None else (None, None, None)
     notes.append(rate_claim(rows, figure=paper.table if paper is not None else name, step_verdict=steps_ok))
     if step_note is not None:
         notes.append(step_note)
@@ -231,6 +233,7 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
     curves: dict[str, Any] = {"dataset": table.dataset, "points": df.to_dict("records"), "slopes": slopes,
                               "runs": rows.to_dict("records"),
                               "fit": {k: {"value": e.value, "se": e.se} for k, e in fit.items()},
-                              "paper_slope": PAPER_SLOPE, "private_train": train_curve_path("<cell>")}
+                              "paper_slope": PAPER_SLOPE, "private_train": train_curve_path("<cell>"),
+                              "step_check": check_point}
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
                       curves=curves, runs=grids)

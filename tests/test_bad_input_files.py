@@ -410,7 +410,7 @@ def test_successful_report_replaces_the_whole_set(reported: Any) -> None:
     assert _report(params, res) == 0
     new = _snapshot(res)
     assert set(new) == set(snap)  # the stale file is gone with the old folder
-    assert "50.0 ± 0.0 (1 run, std over 5 sets)" in (res / "tables" / "table1_mnist.md").read_text()
+    assert "50.0 (1 run, 5 sets, all equal)" in (res / "tables" / "table1_mnist.md").read_text()
     assert _leftovers(res) == []
 
 

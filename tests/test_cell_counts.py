@@ -50,3 +50,17 @@ def test_the_evaluate_jobs_log_gives_one_set_as_one_value() -> None:
 
     assert _spread(mean_std([0.4208])) == "0.4208 (1 set)"
     assert _spread(mean_std([0.4, 0.5])) == "0.4500 +- 0.0500 (std over 2 sets)"
+
+
+def test_a_spread_that_rounds_to_zero_shows_its_first_digit_and_an_exact_zero_says_all_equal() -> None:
+    """Several runs whose spread rounds to 0 at the cell's digits (recall 0.000 / 0.001 / 0.000) must not read
+    "± 0.00" either: the spread keeps its first significant digit, and an exact zero says the runs were equal."""
+    from dpsynth.report.runs import fmt_summary, fmt_values
+
+    cells = [fmt_values([0.06, 0.061, 0.059], digits=2), fmt_values([0.0, 0.0, 0.0], digits=2),
+             fmt_summary([{"mean": 1.0, "std": 0.0, "n": 3, "values": [1.0, 1.0, 1.0]}]),
+             fmt_summary([{"mean": 1.0, "std": 0.0, "n": 2, "values": [1.0, 1.0]},
+                          {"mean": 2.0, "std": 0.0, "n": 2, "values": [2.0, 2.0]}])]
+    assert cells == ["0.06 ± 0.001 (3 runs)", "0.00 (3 runs, all equal)", "1.0 (1 run, 3 sets, all equal)",
+                     "1.5 ± 0.7 (2 runs; within a run all equal over 2 sets)"]
+    assert not any(ZERO_SPREAD.search(c) for c in cells)

@@ -338,7 +338,7 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     assert npr["Scale"] == "smoke (report scale: quick)"
     assert any("no Inception weights offline" in n for n in b.notes)
     real = row(f, "Method", "Real data")
-    assert real["LogReg (%) ours"] == "92.1 ± 0.0 (1 run, std over 5 sets)" and real["LogReg (%) paper"] == "92.2"
+    assert real["LogReg (%) ours"] == "92.1 (1 run, 5 sets, all equal)" and real["LogReg (%) paper"] == "92.2"
     assert real["FID ours"] == "not evaluated" and real["FID paper"] == "1.6"
     # Fashion-MNIST picks the other half of the same published table.
     fm = build_table("table1_fmnist", params, tmp_path).frame
@@ -606,7 +606,7 @@ def test_a_cell_swept_by_two_sweeps_is_one_row(tmp_path: Path) -> None:
     write_metrics(tmp_path, "pm_fmnist-p0.2-m1.0", privacy=DPS_PRIVACY, acc={"logreg": (0.61, 0.0)})
     f = build_table("pm_grid_fmnist", params, tmp_path).frame
     cell = f[(f["p"] == "0.2") & (f["m"] == "1")]
-    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 ± 0.0 (1 run, std over 5 sets)"
+    assert len(cell) == 1 and cell.iloc[0]["Run"] == "pm_fmnist-p0.2-m1.0" and cell.iloc[0]["LogReg (%) ours"] == "61.0 (1 run, 5 sets, all equal)"
 
 
 def test_scale_notes_state_what_a_reduced_scale_changed(tmp_path):
@@ -639,14 +639,14 @@ def test_a_row_with_several_training_runs_says_so_and_composes_their_epsilon(tmp
     write_metrics(tmp_path, "dps_mnist", privacy=DPS_PRIVACY, acc={"logreg": (0.20, 0.0)})
     f = build_table("table1_mnist", params, tmp_path).frame
     dps = row(f, "Method", "DP-Sinkhorn")
-    assert dps["LogReg (%) ours"] == "20.0 ± 0.0 (1 run, std over 5 sets)"
+    assert dps["LogReg (%) ours"] == "20.0 (1 run, 5 sets, all equal)"
     assert "together" not in dps["ε ours (every convention)"]
     for name, acc in (("dps_mnist_seeds-seed1", 0.30), ("dps_mnist_seeds-seed2", 0.40)):
         write_metrics(tmp_path, name, privacy=DPS_PRIVACY, acc={"logreg": (acc, 0.0)})
     f = build_table("table1_mnist", params, tmp_path).frame
     dps = row(f, "Method", "DP-Sinkhorn")
     assert len(f) == 9  # the seed cells join their row, they are no rows of their own
-    assert dps["LogReg (%) ours"] == "30.0 ± 10.0 (3 runs; within a run ± 0.0 over 5 sets)"
+    assert dps["LogReg (%) ours"] == "30.0 ± 10.0 (3 runs; within a run all equal over 5 sets)"
     store = RunStore(tmp_path)
     together = compose_runs([store.experiment(n) for n in params.replicates_of("dps_mnist")])
     assert together.epsilon > 10.0 + 1.0  # three releases at epsilon 10 cost more than one

@@ -117,7 +117,7 @@ def test_the_second_measure_decides_the_same_claim_on_its_own_runs() -> None:
     assert "Ours: undecided" in entropic_kid_claim(one)
     cells = sweep_closeness_cells(clear[(clear["loss"] == "exact") & (clear["noise"] == 1.0)])
     assert cells[KID_COLUMN] == "2.010 ± 0.010 (3 runs)"
-    assert cells[PR_COLUMN] == "0.50 ± 0.00 (3 runs) / 0.25 ± 0.00 (3 runs)"
+    assert cells[PR_COLUMN] == "0.50 (3 runs, all equal) / 0.25 (3 runs, all equal)"
     assert sweep_closeness_cells(rows) == {}  # a CSV written before the measure: no columns
 
 
@@ -134,7 +134,7 @@ def test_fig11s_second_measure_cells_and_its_reading_along_n(tmp_path) -> None:
         return Run("cell", tmp_path, {"w2": {**mean_std([12.0]), "closeness": close}})
 
     cells = closeness_cells([run(1e-3), run(2e-3), None])
-    assert cells[KID_COLUMN].startswith("1.500 ± 0.707 (2 runs)") and cells[PR_COLUMN].count("(2 runs)") == 2
+    assert cells[KID_COLUMN].startswith("1.500 ± 0.707 (2 runs)") and cells[PR_COLUMN].count("(2 runs, all equal)") == 2
     assert closeness_cells([Run("old", tmp_path, {"w2": mean_std([12.0])})]) == {}
     falling = pd.DataFrame({"n": [1000.0] * 3 + [60000.0] * 3, "kid": [5e-3, 5.1e-3, 4.9e-3, 1e-3, 1.1e-3, 0.9e-3]})
     assert "Ours: holds --" in kid_falls(falling)

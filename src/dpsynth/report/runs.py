@@ -213,6 +213,15 @@ def fmt_number(x: float, digits: int) -> str:
     return f"{x:.{digits}f}"
 
 
+def fmt_spread(std: float, digits: int) -> str:
+    """A spread at ``digits`` decimals, or, where that prints as zero, with its first significant digit (0.003):
+    a measured spread never reads "± 0.00" (issue 64; an exact zero is the caller's "all equal")."""
+    if not math.isfinite(std) or std == 0:
+        return fmt_number(std, digits)
+    text = fmt_number(std, digits)
+    return text if any(c in "123456789" for c in text) else f"{std:.1g}"
+
+
 def _sets_of(rec: dict[str, Any]) -> int:
     values = rec.get("values")
     n = rec.get("n")
@@ -239,13 +248,22 @@ def fmt_summary(records: list[dict[str, Any]], *, scale: float = 1.0, digits: in
         m = fmt_number(float(means[0]), digits)
         if sets[0] <= 1:
             return f"{m} (1 run)"
-        return f"{m} ± {fmt_number(scale * float(recs[0].get('std', math.nan)), digits)} (1 run, std over {sets[0]} sets)"
-    body = f"{fmt_number(float(means.mean()), digits)} ± {fmt_number(float(means.std(ddof=1)), digits)}"
+        std = scale * float(recs[0].get("std", math.nan))
+        if std == 0:
+            return f"{m} (1 run, {sets[0]} sets, all equal)"
+        return f"{m} ± {fmt_spread(std, digits)} (1 run, std over {sets[0]} sets)"
+    spread = float(means.std(ddof=1))
+    body = fmt_number(float(means.mean()), digits)
+    if spread == 0:
+        body, runs = body, f"{len(recs)} runs, all equal"
+    else:
+        body, runs = f"{body} ± {fmt_spread(spread, digits)}", f"{len(recs)} runs"
     if max(sets) <= 1:
-        return f"{body} ({len(recs)} runs)"
+        return f"{body} ({runs})"
     within = float(np.mean([scale * float(r.get("std", math.nan)) for r in recs]))
     per = f"{sets[0]}" if len(set(sets)) == 1 else f"{min(sets)}-{max(sets)}"
-    return f"{body} ({len(recs)} runs; within a run ± {fmt_number(within, digits)} over {per} sets)"
+    inside = "all equal" if within == 0 else f"± {fmt_spread(within, digits)}"
+    return f"{body} ({runs}; within a run {inside} over {per} sets)"
 
 
 def fmt_values(values: list[float], *, digits: int = 3) -> str:

@@ -204,6 +204,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
         from dpsynth.report.tables.w2_claims import (
             entropic_claim,
             entropic_kid_claim,
+            kid_rows,
             levels_of,
             lowest_verdict,
             privatized_claim,
@@ -220,12 +221,24 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             else None
         steps = sweep_step_verdict(df, checks, absolute=decided) if len(checks) else None
         notes.append(entropic_claim(df, steps=steps))
+        kid_note = None
         if "kid" in df and df["kid"].notna().any():
-            notes.append(entropic_kid_claim(df, steps=steps))
+            # the second measure's claim, under its own step check: KID moves with the steps too
+            kids, kid_checks = kid_rows(df), kid_rows(checks) if len(checks) and "kid" in checks else checks
+            kid_decided = smallest_decided(lowest_verdict(levels_of(kids, "kid", lambda v: f"σ={v:g}"))) \
+                if len(kid_checks) else None
+            kid_steps = sweep_step_verdict(kids, kid_checks, absolute=kid_decided, column="kid") \
+                if len(kid_checks) else None
+            notes.append(entropic_kid_claim(df, steps=kid_steps))
+            if len(kid_checks):
+                kid_note = sweep_step_check(kids, kid_checks, absolute=kid_decided, column="kid",
+                                            quantity="KID ×10³ to the clean data")
         notes.append(slope_claim(df, steps=steps))
         notes.append(privatized_claim(df, steps=steps))
         if len(checks):
             notes.append(sweep_step_check(df, checks, absolute=decided))
+        if kid_note is not None:
+            notes.append(kid_note)
         refs = rows_of_role(every, "reference")
         for r in refs.itertuples():
             records.append({"Loss": f"reference: {r.loss}", "Noise σ": NOT_APPLICABLE, "Run": path.name,

@@ -106,12 +106,17 @@ KID_CLAIM = (CLAIM + ", read with the second measure: the lowest KID to the clea
              "(not a claim of the paper, which measures W2 only)")
 
 
+def kid_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's rows with KID, in x 10^3 (how the tables print it), without a draw spread (KID has none)."""
+    rows = df[df["kid"].notna()].assign(kid=lambda d: 1e3 * d["kid"].astype(float))
+    return rows.drop(columns=[c for c in ("kid_draw_std", "kid_draws") if c in rows])
+
+
 def entropic_kid_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", steps: Verdict | None = None) -> str:
     """Fig. 5 (left)'s claim decided on the second measure (column ``kid``, shown x 10^3), the rows of one (loss,
     noise) its training runs; with one run, undecided (the spread over KID's subsets is over reference draws,
     not over the generator's samples, so it is not used as the run's noise)."""
-    rows = df[df["kid"].notna()].assign(kid=lambda d: 1e3 * d["kid"].astype(float))
-    rows = rows.drop(columns=[c for c in ("kid_draw_std", "kid_draws") if c in rows])
+    rows = kid_rows(df)
     return lowest_claim(levels_of(rows, "kid", lambda v: f"σ={v:g}"), figure=figure, claim=KID_CLAIM,
                         levels_name="noise levels", what="KID ×10³ to the clean data", steps=steps)
 
@@ -165,7 +170,8 @@ def step_check_verdict(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
 
 def step_check(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
                tolerance: float = STEP_CHECK_TOLERANCE, absolute: float | None = None,
-               absolute_is: str = "the smallest difference this table decides") -> str:
+               absolute_is: str = "the smallest difference this table decides",
+               quantity: str = "W2 to the clean data") -> str:
     """``pairs``: (what, the value at the chosen steps, at twice them, the chosen steps). The criterion holds
     where the change's interval lies inside ±``tolerance`` (relative) or, with ``absolute`` (the smallest
     difference the table decides), inside ±``absolute``: then a decided ranking cannot be an artefact of
@@ -178,7 +184,7 @@ def step_check(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
     bound = (f"{absolute:.3f}, {absolute_is}" if absolute is not None
              else f"{tolerance:.0%}")
     note = claim_note("ours; the paper states no step count",
-                      f"twice the steps move no W2 to the clean data by more than {bound}",
+                      f"twice the steps move no {quantity} by more than {bound}",
                       verdict, details=f"({said}.)").replace("Claim (", "Step count (", 1)
     if verdict.verdict != "holds":
         note += (" Until it holds, the claims of this table that it decided read undecided: a ranking may reflect "
@@ -186,23 +192,25 @@ def step_check(pairs: Sequence[tuple[str, Estimate, Estimate, int]], *,
     return note
 
 
-def sweep_step_check(figure_rows: pd.DataFrame, check_rows: pd.DataFrame, absolute: float | None = None) -> str:
+def sweep_step_check(figure_rows: pd.DataFrame, check_rows: pd.DataFrame, absolute: float | None = None,
+                     column: str = "w2", quantity: str = "W2 to the clean data") -> str:
     """The W2-vs-noise sweep's step check: each (loss, noise) of the ``step_check`` rows against the figure rows
-    of the same loss and noise level."""
-    return step_check(_sweep_pairs(figure_rows, check_rows), absolute=absolute)
+    of the same loss and noise level, on ``column`` (W2; the second measure's KID is checked the same way)."""
+    return step_check(_sweep_pairs(figure_rows, check_rows, column), absolute=absolute, quantity=quantity)
 
 
 def sweep_step_verdict(figure_rows: pd.DataFrame, check_rows: pd.DataFrame,
-                       absolute: float | None = None) -> Verdict | None:
+                       absolute: float | None = None, column: str = "w2") -> Verdict | None:
     """:func:`sweep_step_check`'s verdict, which the sweep's claims are read under (``claims.unconverged``)."""
-    return step_check_verdict(_sweep_pairs(figure_rows, check_rows), absolute=absolute)
+    return step_check_verdict(_sweep_pairs(figure_rows, check_rows, column), absolute=absolute)
 
 
-def _sweep_pairs(figure_rows: pd.DataFrame, check_rows: pd.DataFrame) -> list[tuple[str, Estimate, Estimate, int]]:
+def _sweep_pairs(figure_rows: pd.DataFrame, check_rows: pd.DataFrame,
+                 column: str = "w2") -> list[tuple[str, Estimate, Estimate, int]]:
     pairs = []
     for (loss, noise), g in check_rows.groupby(["loss", "noise"]):
         base = figure_rows[(figure_rows["loss"] == loss) & (figure_rows["noise"] == noise)]
         if len(base):
             steps = int(base["steps"].iloc[0]) if "steps" in base else int(g["steps"].iloc[0]) // 2
-            pairs.append((f"{loss} σ={noise:g}", estimate_of_rows(base, "w2"), estimate_of_rows(g, "w2"), steps))
+            pairs.append((f"{loss} σ={noise:g}", estimate_of_rows(base, column), estimate_of_rows(g, column), steps))
     return pairs

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="output folder, replaced as a whole (default: RESULTS/figures)")
     p.add_argument("--private-root", default="private", metavar="DIR",
-                   help="the private root the evaluate jobs wrote to (their --private-out): GS-WGAN's training-split "
+                   help="the private root the evaluate jobs wrote to: GS-WGAN's training-split "
                         "IS and FID are read from there for a dataset data.public declares public (default: private)")
     add_ledger_moved_arg(p)
     p.set_defaults(func=_report)

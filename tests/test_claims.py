@@ -88,3 +88,80 @@ def test_a_fitted_slope_has_the_regressions_error_and_an_exact_reference() -> No
     flat = fit_line(x, 12.0 + rng.normal(0, 0.05, x.size), "slope")[1]
     assert compare(flat, exact(0.0), "greater").verdict == UNDECIDED
     assert math.isnan(fit_line([1.0, 1.0], [2.0, 3.0], "slope")[1].value)
+
+
+SHARES = "initial weights, batches, privatization noise"
+
+
+def test_runs_of_the_same_seeds_are_compared_paired_and_decide_what_welch_cannot() -> None:
+    """Issue 69 item 1: where one seed fixes the initial weights, batches and noise of both cells, most of the
+    between-run variation is common to a seed; the difference per seed and its t interval over the seeds
+    (df = runs - 1, checked against scipy's paired test) decide a gap that Welch's interval, counting the common
+    part twice, cannot. The seed-to-seed swing here is 1.0 against a gap of 0.1 that moves by 0.01 per seed."""
+    from scipy import stats
+
+    common = np.array([0.0, 1.0, -0.8, 0.5, -0.3])
+    a_v, b_v = 12.0 + common + np.array([0.10, 0.11, 0.09, 0.10, 0.11]), 12.0 + common
+    a = Estimate.of_seeded_runs(enumerate(a_v), SHARES)
+    b = Estimate.of_seeded_runs(enumerate(b_v), SHARES)
+    v = compare(a, b, "greater")
+    ci = stats.ttest_rel(a_v, b_v).confidence_interval(0.95)
+    assert v.verdict == HOLDS and "paired by seed" in v.rule and "df 4" in v.rule and SHARES in v.rule
+    assert v.interval[0] == pytest.approx(ci.low, rel=1e-9) and v.interval[1] == pytest.approx(ci.high, rel=1e-9)
+    # the same numbers without their seeds: Welch, undecided (the interval is about 30 times as wide)
+    welch = compare(Estimate.of_runs(a_v), Estimate.of_runs(b_v), "greater")
+    assert welch.verdict == UNDECIDED and "Welch" in welch.rule
+    assert (welch.interval[1] - welch.interval[0]) > 20 * (v.interval[1] - v.interval[0])
+    # pairing is by seed, not by position: the runs given in another order pair the same way
+    shuffled = Estimate.of_seeded_runs(reversed(list(enumerate(b_v))), SHARES)
+    assert compare(a, shuffled, "greater").interval == pytest.approx(v.interval)
+
+
+def test_independent_cells_are_never_paired() -> None:
+    """Issue 69 item 1: cells whose runs share no seed (or whose seeds fix different things, or a seed that repeats
+    so it identifies no run) are independent: Welch's interval, checked against scipy, and the rule says why."""
+    from scipy import stats
+
+    a_v, b_v = [12.1, 13.0, 11.4, 12.6], [12.0, 12.9, 11.3]
+    welch = stats.ttest_ind(a_v, b_v, equal_var=False).confidence_interval(0.95)
+    other_seeds = compare(Estimate.of_seeded_runs(zip([0, 1, 2, 3], a_v), SHARES),
+                          Estimate.of_seeded_runs(zip([4, 5, 6], b_v), SHARES), "greater")
+    assert "Welch" in other_seeds.rule and "differ" in other_seeds.rule and "paired" not in other_seeds.rule
+    assert other_seeds.interval == pytest.approx((welch.low, welch.high), rel=1e-9)
+    # the same seed numbers but two designs (one fixes the noise, the other does not): not pairs
+    a3 = Estimate.of_seeded_runs(zip([0, 1, 2], a_v[:3]), SHARES)
+    b3 = Estimate.of_seeded_runs(zip([0, 1, 2], b_v), "initial weights and batch order")
+    assert "Welch" in compare(a3, b3, "greater").rule
+    # overlapping but unequal seed sets: pairing the common seeds would drop runs and change the means
+    assert "Welch" in compare(Estimate.of_seeded_runs(zip([0, 1, 2, 3], a_v), SHARES), a3, "greater").rule
+    # a repeated seed identifies no run: kept unpaired
+    assert Estimate.of_seeded_runs(zip([0, 0, 1], b_v), SHARES).by_seed == ()
+
+
+def test_a_decided_difference_stands_only_if_twice_the_steps_keep_its_sign() -> None:
+    """Issue 69 item 2: the step check is on the claim's own quantity. A difference decided at the chosen steps
+    stands when the same difference recomputed at twice the steps keeps its sign with an interval excluding 0;
+    it reads undecided, saying why, when the sign flips, when the interval reaches 0, or with nothing at twice
+    the steps. No margin enters: however much both levels move, only the difference's sign is asked about."""
+    from dpsynth.report.claims import step_checked
+
+    def pair(a: list[float], b: list[float]):
+        return compare(Estimate.of_seeded_runs(enumerate(a), SHARES), Estimate.of_seeded_runs(enumerate(b), SHARES),
+                       "less", what="entropic - exact")
+
+    at = pair([10.0, 10.5, 9.8], [10.2, 10.7, 10.0])  # -0.2 at every seed: holds
+    assert at.verdict == HOLDS
+    # both levels fall by 1.0 at twice the steps (five times the gap), the gap kept: still holds
+    kept = step_checked(at, pair([9.0, 9.5, 8.8], [9.15, 9.72, 8.98]), "10,000 steps")
+    assert kept.verdict == HOLDS and "at 10,000 steps: -0.183" in kept.check and "same sign" in kept.check
+    flipped = step_checked(at, pair([9.2, 9.7, 9.0], [9.0, 9.5, 8.79]), "10,000 steps")
+    assert flipped.verdict == UNDECIDED and "would hold" in flipped.check and "the sign flips" in flipped.check
+    assert flipped.difference == at.difference and "step check" in flipped.rule
+    reaches = step_checked(at, pair([9.0, 9.5, 8.8], [9.1, 9.4, 8.9]), "10,000 steps")
+    assert reaches.verdict == UNDECIDED and "the interval reaches 0" in reaches.check
+    missing = step_checked(at, None, "10,000 steps")
+    assert missing.verdict == UNDECIDED and "no run at 10,000 steps" in missing.check
+    assert "would hold" in missing.text()
+    # an undecided difference stays undecided whatever twice the steps say
+    noisy = compare(Estimate.of_runs([1.0, 2.0]), Estimate.of_runs([1.5, 1.4]), "less")
+    assert step_checked(noisy, at, "10,000 steps").verdict == UNDECIDED

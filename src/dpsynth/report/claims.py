@@ -14,9 +14,18 @@ comes from:
 - **a fit** (``Estimate.of_fit``): a fitted slope or exponent with the standard error the regression gives.
 - **one value** (``Estimate.single``): no noise estimate at all. Any claim resting on it is undecided.
 
-:func:`compare` turns two estimates into a :class:`Verdict`: the difference, its two-sided 95 % interval
-(Welch's t-interval: the difference's standard error sqrt(se_a^2 + se_b^2), Welch-Satterthwaite degrees of
-freedom) and one of three verdicts under a stated rule:
+:func:`compare` turns two estimates into a :class:`Verdict`: the difference, its two-sided 95 % interval and
+one of three verdicts under a stated rule. The interval follows the design, never a guess:
+
+- **paired by seed** where both estimates carry their runs by seed (``Estimate.of_seeded_runs``: the data
+  record the seed and say what one seed shares -- initial weights, batches, noise instance) over the same seeds:
+  the difference is taken per seed and its t interval over the seeds (df = runs - 1). Runs of one seed share
+  most of their between-run variation (Reshetova et al.'s Fig. 5 sweep: the losses correlate at +0.95 over
+  seeds), which an interval for independent cells would count twice;
+- **Welch's t-interval** for independent cells (no seeds recorded, or other seeds): the difference's standard
+  error sqrt(se_a^2 + se_b^2), Welch-Satterthwaite degrees of freedom.
+
+The rule each verdict prints says which was used.
 
 - ``less`` / ``greater`` ("a is smaller/larger than b"): **holds** when the whole interval is on the claimed
   side of 0, **does not hold** when it is wholly on the other side, **undecided** when it contains 0. A
@@ -27,13 +36,18 @@ freedom) and one of three verdicts under a stated rule:
 :func:`all_of` combines the parts of a claim made at several levels ("at every noise level"): it holds when
 every part holds, does not hold when any part does not, and is undecided otherwise. :func:`claim_note` writes
 the one line a table's notes carry.
+
+:func:`step_checked` is the step count's check on a claim's own quantity: a decided difference stands only when,
+recomputed at twice the training steps, its interval still excludes 0 on the same side; otherwise it reads
+undecided, saying why. (A level's check is an equivalence test of its move, ``compare(..., "within")``, against a
+margin the claim itself gives -- there is no default margin.)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -61,13 +75,17 @@ def _t_quantile(dof: float) -> float:
 @dataclass(frozen=True)
 class Estimate:
     """A compared quantity: ``value`` with standard error ``se`` (None: no noise estimate) on ``dof`` degrees
-    of freedom (inf: normal), from ``source`` (what the error measures), summarising ``n`` numbers."""
+    of freedom (inf: normal), from ``source`` (what the error measures), summarising ``n`` numbers. ``by_seed``:
+    the training runs' values by seed, kept when the data record the seed (``of_seeded_runs``), with ``shares``
+    what two runs of one seed have in common -- what lets :func:`compare` pair."""
 
     value: float
     se: float | None
     dof: float
     source: str
     n: int = 1
+    by_seed: tuple[tuple[int, float], ...] = ()
+    shares: str = ""
 
     @classmethod
     def of_runs(cls, values: Iterable[float]) -> Estimate:
@@ -80,6 +98,19 @@ class Estimate:
             return cls(float(v[0]), None, math.nan, "1 training run, no noise estimate", 1)
         return cls(float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)), float(v.size - 1),
                    f"{v.size} training runs", int(v.size))
+
+    @classmethod
+    def of_seeded_runs(cls, runs: Iterable[tuple[int, float]], shares: str) -> Estimate:
+        """The mean over training runs (as :meth:`of_runs`), each run kept with its seed so that a comparison with
+        runs of the same seeds is paired (:func:`compare`). ``shares``: what one seed fixes in this design (e.g.
+        "initial weights, batches, privatization noise"); a seed seen twice identifies no run, so then the runs
+        are kept unpaired."""
+        pairs = [(int(s), float(v)) for s, v in runs if math.isfinite(float(v))]
+        base = cls.of_runs(v for _, v in pairs)
+        seeds = [s for s, _ in pairs]
+        if not shares or len(set(seeds)) != len(seeds) or len(seeds) < 2:
+            return base
+        return replace(base, by_seed=tuple(sorted(pairs)), shares=shares)
 
     @classmethod
     def of_draws(cls, draws: Sequence[float]) -> Estimate:
@@ -122,9 +153,11 @@ class Verdict:
     rule: str
     what: str = ""
     parts: tuple[Verdict, ...] = field(default_factory=tuple)
+    #: the step check on this difference (:func:`step_checked`), printed beside it; empty: none
+    check: str = ""
 
     def text(self, digits: int = 3) -> str:
-        """``entropic - exact = -0.052, 95 % interval [-0.081, -0.023] (3 training runs each): holds``."""
+        """``entropic - exact = -0.052, 95 % interval [-0.081, -0.023]: holds`` (then the step check, if any)."""
         if self.parts:
             return f"{self.what}: {self.verdict} ({'; '.join(p.text(digits) for p in self.parts)})"
         if not math.isfinite(self.difference):
@@ -134,7 +167,8 @@ class Verdict:
             ci = f"{LEVEL:.0%} interval [{lo:+.{digits}f}, {hi:+.{digits}f}]"
         else:
             ci = "no interval"
-        return f"{self.what} = {self.difference:+.{digits}f}, {ci}: {self.verdict}"
+        check = f" ({self.check})" if self.check else ""
+        return f"{self.what} = {self.difference:+.{digits}f}, {ci}{check}: {self.verdict}"
 
 
 def _undecided(what: str, difference: float, why: str) -> Verdict:
@@ -158,11 +192,19 @@ def compare(a: Estimate, b: Estimate, rule: Rule, *, margin: float = 0.0, what: 
         sources = " and ".join(sorted({e.source for e in (a, b)}))
         return _undecided(what, diff, f"no noise estimate ({sources}): a difference without an interval decides "
                                       "nothing")
-    se = math.sqrt(sum((e.se or 0.0) ** 2 for e in (a, b))) / scale
-    dof = _welch_dof(a, b)
+    per_seed = paired(a, b)
+    if per_seed is not None:
+        d = np.asarray(per_seed, dtype=np.float64) / scale
+        diff, se, dof = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), float(d.size - 1)
+        design = (f"paired by seed: the t interval of the {d.size} per-seed differences, df {d.size - 1}; one seed "
+                  f"= {a.shares}")
+    else:
+        se = math.sqrt(sum((e.se or 0.0) ** 2 for e in (a, b))) / scale
+        dof = _welch_dof(a, b)
+        design = "Welch's interval, the cells independent" + _why_unpaired(a, b)
     half = _t_quantile(dof) * se
     lo, hi = diff - half, diff + half
-    sources = "; ".join(sorted({e.source for e in (a, b)}))
+    sources = "; ".join(sorted({e.source for e in (a, b)})) + f"; {design}"
     if rule == "within":
         verdict = HOLDS if -margin < lo and hi < margin else DOES_NOT_HOLD if lo >= margin or hi <= -margin \
             else UNDECIDED
@@ -175,6 +217,27 @@ def compare(a: Estimate, b: Estimate, rule: Rule, *, margin: float = 0.0, what: 
         how = (f"holds if the {LEVEL:.0%} interval excludes 0 on the claimed side ({'<' if rule == 'less' else '>'}"
                f" 0), does not hold if it excludes 0 on the other ({sources})")
     return Verdict(verdict, diff, (lo, hi), how, what)
+
+
+def paired(a: Estimate, b: Estimate) -> list[float] | None:
+    """The per-seed differences a - b when the design pairs them: both carry their runs by seed, of the same
+    design (``shares``), over the same seeds (at least two); else None (Welch). Seeds that only partly overlap
+    are not paired: dropping runs to pair the rest would change the compared means."""
+    if not (a.by_seed and b.by_seed) or a.shares != b.shares:
+        return None
+    sa, sb = dict(a.by_seed), dict(b.by_seed)
+    if set(sa) != set(sb) or len(sa) < 2:
+        return None
+    return [sa[s] - sb[s] for s in sorted(sa)]
+
+
+def _why_unpaired(a: Estimate, b: Estimate) -> str:
+    if not (a.by_seed or b.by_seed):
+        return ""
+    if a.by_seed and b.by_seed and a.shares == b.shares:
+        return f" (seeds {sorted(dict(a.by_seed))} and {sorted(dict(b.by_seed))} differ, so no run has its twin)"
+    return " (only one side's runs are identified by seed)" if not (a.by_seed and b.by_seed) else \
+        " (the two sides' seeds fix different things)"
 
 
 def _is_exact(e: Estimate) -> bool:
@@ -219,15 +282,53 @@ def lowest(target: str, estimates: dict[str, Estimate], *, what: str = "") -> Ve
 
 
 def unconverged(verdict: Verdict, steps: Verdict | None, why: str) -> Verdict:
-    """``verdict`` as the step check lets it stand: unchanged when the check holds (or there is none), else
-    undecided -- its compared differences kept, so a reader sees what they would say -- with the reason in its
-    rule: a ranking decided at a step count that twice the steps would move by more than the differences it rests
-    on may reflect where training stopped, not the claim."""
+    """``verdict`` (a claim about a level or a rate) as the step check on that level lets it stand: unchanged when
+    the check holds (or the table has none, which its notes say), else undecided -- its compared differences kept,
+    so a reader sees what they would say -- with the reason in its rule: a level that twice the steps move by more
+    than the claim's own margin may reflect where training stopped, not the claim. Comparisons are checked on
+    their own difference instead (:func:`step_checked`)."""
     if steps is None or steps.verdict == HOLDS or verdict.verdict == UNDECIDED:
         return verdict
     return Verdict(UNDECIDED, verdict.difference, verdict.interval,
                    f"{verdict.rule}; undecided because the step check {steps.verdict}: {why}", verdict.what,
                    verdict.parts)
+
+
+#: The step check's rule on a compared difference (printed with every verdict it guards).
+STEP_RULE = ("step check: a decided difference stands only if, recomputed at twice the steps, its interval still "
+             "excludes 0 on the same side; else undecided")
+
+
+def step_checked(verdict: Verdict, twice: Verdict | None, steps: str = "twice the steps") -> Verdict:
+    """``verdict`` (one comparison) as the step check on its own quantity lets it stand: ``twice`` is the same
+    difference recomputed from the runs at twice the steps (None: no such runs). A decided difference stands when
+    ``twice``'s interval excludes 0 on the side of ``verdict``'s difference; otherwise -- the sign flips, the
+    interval reaches 0, or there is nothing at twice the steps -- it reads undecided, its numbers kept and the
+    reason beside them: a ranking that does not survive more training may reflect where training stopped. An
+    undecided verdict stays undecided (with the check's numbers shown when there are any)."""
+    if verdict.parts:
+        raise ValueError("step_checked guards single comparisons; apply it to each part")
+    if twice is None or not math.isfinite(twice.difference):
+        check = f"no run at {steps} to recompute it"
+        kept = False
+    else:
+        lo, hi = twice.interval
+        side = 1.0 if verdict.difference > 0 else -1.0
+        kept = math.isfinite(lo) and math.isfinite(hi) and side * lo > 0 and side * hi > 0
+        ci = f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "no interval"
+        flipped = math.isfinite(twice.difference) and side * twice.difference < 0
+        check = f"at {steps}: {twice.difference:+.3f}, {ci}" + (
+            ", same sign" if kept else ", the sign flips" if flipped else ", the interval reaches 0")
+    if verdict.verdict == UNDECIDED:
+        return replace(verdict, check=check if twice is not None else "")
+    if kept:
+        return replace(verdict, check=check, rule=f"{verdict.rule}; {STEP_RULE}")
+    return replace(verdict, verdict=UNDECIDED, check=f"would {_would(verdict.verdict)}; {check}",
+                   rule=f"{verdict.rule}; {STEP_RULE}")
+
+
+def _would(verdict: str) -> str:
+    return "hold" if verdict == HOLDS else "not hold"
 
 
 def leaves(v: Verdict) -> list[Verdict]:
@@ -270,12 +371,18 @@ def fit_line(x: Sequence[float], y: Sequence[float], what: str) -> tuple[Estimat
     return Estimate.of_fit(icpt, se_icpt, dof, src), Estimate.of_fit(slope, se_slope, dof, src)
 
 
-def estimate_of_records(records: Sequence[dict | None]) -> Estimate:
+def estimate_of_records(records: Sequence[dict | None], seeds: Sequence[int | None] | None = None,
+                        shares: str = "") -> Estimate:
     """A row's score from its training runs' metric records (``{"mean", "std", "n", "values"}``, one per run,
     ``values`` per synthetic set): the runs' spread when there are several, else the one run's synthetic sets
-    (said so), else one value."""
-    recs = [r for r in records if isinstance(r, dict) and "mean" in r and math.isfinite(float(r["mean"]))]
+    (said so), else one value. ``seeds`` (one per record, from the design) and ``shares`` (what one seed fixes):
+    the runs kept by seed, so :func:`compare` pairs them with runs of the same seeds."""
+    keep = [i for i, r in enumerate(records)
+            if isinstance(r, dict) and "mean" in r and math.isfinite(float(r["mean"]))]
+    recs = [records[i] for i in keep]
     if len(recs) >= 2:
+        if seeds is not None and shares and all(seeds[i] is not None for i in keep):
+            return Estimate.of_seeded_runs(((int(seeds[i]), float(records[i]["mean"])) for i in keep), shares)
         return Estimate.of_runs(float(r["mean"]) for r in recs)
     if len(recs) == 1:
         values = recs[0].get("values") or []
@@ -283,15 +390,18 @@ def estimate_of_records(records: Sequence[dict | None]) -> Estimate:
     return Estimate(math.nan, None, math.nan, "no run", 0)
 
 
-def estimate_of_rows(rows: pd.DataFrame, column: str) -> Estimate:
+def estimate_of_rows(rows: pd.DataFrame, column: str, shares: str = "") -> Estimate:
     """A quantity of a sweep CSV's rows for one setting (a pandas frame; each row a training run): the runs'
-    spread when there are several; one row with ``{column}_draw_std`` and ``{column}_draws`` beside it: that
-    bootstrap; else one value."""
+    spread when there are several (kept by their ``seed`` column when ``shares`` says what one seed fixes in
+    this sweep, so runs of the same seeds are compared paired); one row with ``{column}_draw_std`` and
+    ``{column}_draws`` beside it: that bootstrap; else one value."""
     import pandas as pd
 
     v = rows[column].astype(float)
     v = v[np.isfinite(v)]
     if len(v) >= 2:
+        if shares and "seed" in rows and rows.loc[v.index, "seed"].notna().all():
+            return Estimate.of_seeded_runs(zip(rows.loc[v.index, "seed"].astype(int), v), shares)
         return Estimate.of_runs(v)
     if len(v) == 1:
         row = rows.loc[v.index[0]]

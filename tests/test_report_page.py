@@ -20,10 +20,10 @@ import pytest
 
 from dpsynth.config import load_params
 from dpsynth.report.figures import Figure
-from dpsynth.report.html import note_html, table_document
+from dpsynth.report.html import note_html, table_document, write_page
 from dpsynth.report.ledger import LEDGER
 from dpsynth.report.not_run import how_to_run, members, named_target
-from dpsynth.report.page import PAGE_FILE, build_page, table_category, table_labels, write_page
+from dpsynth.report.page import PAGE_FILE, build_page, table_category, table_labels
 from dpsynth.report.plotting import NotDrawn
 from dpsynth.report.tables import BuiltTable
 from tests.conftest import REPO, venv_bin

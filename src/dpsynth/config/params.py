@@ -17,6 +17,7 @@ from dpsynth.config.base import SCALE_NAMES, KeyedValueError, Name, ScaleName, S
 from dpsynth.config.experiment import Experiment, Sweep, expand_sweep
 from dpsynth.config.methods import METHOD_SPECS
 from dpsynth.config.scales import ScalePreset
+from dpsynth.config import targets as catalogue  # the target catalogue; it reads this model by its shape only
 from dpsynth.config.tables import Table
 from dpsynth.errors import ConfigError, did_you_mean
 
@@ -389,15 +390,11 @@ class Params(Strict):
 
     def pipeline_experiments(self) -> list[str]:
         """``pipeline.experiments`` and the runs ``pipeline.tables``' targets name (``config.targets``)."""
-        from dpsynth.config.targets import pipeline_experiments  # lazy: it types against this module
-
-        return pipeline_experiments(self)
+        return catalogue.pipeline_experiments(self)
 
     def pipeline_sweeps(self) -> list[str]:
         """``pipeline.sweeps`` and the sweeps of ``pipeline.tables``' targets (``config.targets``)."""
-        from dpsynth.config.targets import pipeline_sweeps
-
-        return pipeline_sweeps(self)
+        return catalogue.pipeline_sweeps(self)
 
     def pipeline_targets(self) -> dict[str, Target]:
         """Every experiment the pipeline trains, samples and evaluates -- ``pipeline_experiments()``

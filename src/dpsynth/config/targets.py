@@ -19,14 +19,52 @@ and ``dpsynth workflow budget`` sizes one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from dpsynth.config.experiment import Experiment, Sweep
+from dpsynth.config.tables import Table
 from dpsynth.errors import ConfigError, did_you_mean
 
-if TYPE_CHECKING:
-    from dpsynth.config.params import Params
-    from dpsynth.config.tables import Table
+
+class _Lists(Protocol):
+    """``pipeline:`` of params.yaml, as far as the targets read it."""
+
+    @property
+    def experiments(self) -> Sequence[str]: ...
+    @property
+    def sweeps(self) -> Sequence[str]: ...
+    @property
+    def tables(self) -> Sequence[str]: ...
+
+
+class _Real(Protocol):
+    @property
+    def real_datasets(self) -> Sequence[str]: ...
+
+
+class ParamsView(Protocol):
+    """What the catalogue reads of the params model (``dpsynth.config.params.Params`` has all of it). A
+    structural type, so that the model -- whose ``pipeline_targets()`` follows ``pipeline.tables`` through this
+    module -- imports the catalogue and the catalogue does not import the model: one way, no import circle."""
+
+    @property
+    def tables(self) -> Mapping[str, Table]: ...
+    @property
+    def sweeps(self) -> Mapping[str, Sweep]: ...
+    @property
+    def w2_noise(self) -> Mapping[str, object]: ...
+    @property
+    def pipeline(self) -> _Lists: ...
+    @property
+    def datasets(self) -> Sequence[str]: ...
+    @property
+    def evaluation(self) -> _Real: ...
+    def cells_of(self, sweep: str) -> list[str]: ...
+    def replicates_of(self, name: str) -> list[str]: ...
+    def sweep_of(self, name: str) -> str | None: ...
+    def all_experiments(self) -> dict[str, Experiment]: ...
 
 
 @dataclass(frozen=True)
@@ -42,11 +80,11 @@ class TableTarget:
     w2_noise: tuple[str, ...]  # datasets of its W2-vs-noise sweeps
     left_out: tuple[tuple[str, str], ...] = ()  # (sweep, the sweep whose cells cover it)
 
-    def runs(self, params: Params) -> list[str]:
+    def runs(self, params: ParamsView) -> list[str]:
         """Every run it trains, samples and evaluates: its experiments, then its sweeps' cells."""
         return list(dict.fromkeys([*self.experiments, *(c for s in self.sweeps for c in params.cells_of(s))]))
 
-    def train_sweeps(self, params: Params) -> list[str]:
+    def train_sweeps(self, params: ParamsView) -> list[str]:
         """The sweeps whose ``train_sweep`` job it needs: those of its runs trained together
         (``train_together``: that job trains every cell of the sweep; the cells' own jobs release them)."""
         sweeps = (params.sweep_of(run) for run in self.runs(params))
@@ -60,12 +98,12 @@ def target_name(table_name: str, table: Table) -> str | None:
     return table.target or table_name
 
 
-def _cell_key(params: Params, sweep: str, cell: dict[str, Any]) -> tuple[str, tuple[tuple[str, Any], ...]]:
+def _cell_key(params: ParamsView, sweep: str, cell: dict[str, Any]) -> tuple[str, tuple[tuple[str, Any], ...]]:
     """A cell by what it runs: its sweep's base and the swept values (compared as values: 1 == 1.0)."""
     return params.sweeps[sweep].base, tuple(sorted(cell.items()))
 
 
-def _covered(params: Params, sweeps: list[str]) -> dict[str, str]:
+def _covered(params: ParamsView, sweeps: list[str]) -> dict[str, str]:
     """sweep -> another of ``sweeps`` that runs every one of its cells (the larger one; of two equal ones
     the first listed stays)."""
     cells = {s: {_cell_key(params, s, c) for c in params.sweeps[s].cell_list()} for s in sweeps}
@@ -80,7 +118,7 @@ def _covered(params: Params, sweeps: list[str]) -> dict[str, str]:
     return out
 
 
-def table_targets(params: Params) -> dict[str, TableTarget]:
+def table_targets(params: ParamsView) -> dict[str, TableTarget]:
     """Every target, in the order its first table appears in params.yaml."""
     grouped: dict[str, list[str]] = {}
     for tname, table in params.tables.items():
@@ -90,7 +128,7 @@ def table_targets(params: Params) -> dict[str, TableTarget]:
     return {name: _target(params, name, tables) for name, tables in grouped.items()}
 
 
-def _target(params: Params, name: str, table_names: list[str]) -> TableTarget:
+def _target(params: ParamsView, name: str, table_names: list[str]) -> TableTarget:
     tables = [params.tables[t] for t in table_names]
     listed = list(dict.fromkeys(s for t in tables for s in t.sweeps))
     covered = _covered(params, listed)
@@ -118,14 +156,14 @@ def _target(params: Params, name: str, table_names: list[str]) -> TableTarget:
                        w2_noise=tuple(dict.fromkeys(w2)), left_out=tuple(covered.items()))
 
 
-def pipeline_sweeps(params: Params) -> list[str]:
+def pipeline_sweeps(params: ParamsView) -> list[str]:
     """``pipeline.sweeps``, then the sweeps of the targets ``pipeline.tables`` lists."""
     targets = table_targets(params) if params.pipeline.tables else {}
     listed = (s for t in params.pipeline.tables for s in targets[t].sweeps)
     return list(dict.fromkeys([*params.pipeline.sweeps, *listed]))
 
 
-def pipeline_experiments(params: Params) -> list[str]:
+def pipeline_experiments(params: ParamsView) -> list[str]:
     """``pipeline.experiments``, then the runs the targets of ``pipeline.tables`` name one by one (but a cell of
     a sweep the pipeline runs whole, which that sweep's stages already run)."""
     if not params.pipeline.tables:
@@ -135,7 +173,7 @@ def pipeline_experiments(params: Params) -> list[str]:
     return list(dict.fromkeys([*params.pipeline.experiments, *named]))
 
 
-def check_targets(params: Params) -> None:
+def check_targets(params: ParamsView) -> None:
     """Refused in one line naming the key (the loader prefixes the file): a target named like another target's
     table (``snakemake <name>`` would build something else than the table of that name); in ``pipeline.tables``,
     a name that is no target, or a target whose data the pipeline does not prepare -- its runs' datasets must be

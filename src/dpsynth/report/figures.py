@@ -29,7 +29,6 @@ from dpsynth.report.plotting import NotDrawn, not_drawn
 from dpsynth.report.plotting import plt as _plt
 from dpsynth.report.plotting import save as _save
 from dpsynth.report.manifolds import manifold_figure
-from dpsynth.report.page import TRAINING
 from dpsynth.report.runs import METRICS, RunStore, metric_value
 from dpsynth.report.tables import BuiltTable, read_w2_csv, w2_skipped_reason
 from dpsynth.report.train_size import train_size_figure
@@ -42,6 +41,9 @@ PRIVACY_UTILITY_CSV = "privacy_utility.csv"
 W2_BY_LOSS_CSV = "w2_noise_by_loss.csv"
 ACCURACY_VS_EPSILON_CSV = "accuracy_vs_epsilon.csv"
 FID_VS_EPSILON_CSV = "fid_vs_epsilon.csv"
+#: What a run's training-curve figure shows (``training_curves``); the report page gives those figures a
+#: category of their own (``dpsynth.report.page``).
+TRAINING = "training curves"
 
 
 #: Sample grids side by side: this many per figure, each panel about a run's own ``samples.png``

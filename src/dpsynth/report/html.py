@@ -1,5 +1,7 @@
 """The report's HTML: a table as a page of its own (``results/tables/{name}.html``, what Snakemake's
-report shows in its page) and the first page's part that depends on the runs (``overview.html``).
+report shows in its page) and the first page's part that depends on the runs (``overview.html``), both
+written with the page's ``page.json`` by :func:`write_page` from the page ``dpsynth.report.page`` orders
+(this module renders that page; the page does not import it).
 
 Written with jinja2 (autoescaping every value) and pandas' ``to_html`` (escaping every cell and
 header): a run name, a note or a configured title reaches the page as text, never as markup. A note's
@@ -9,17 +11,19 @@ header): a run name, a note or a configured title reaches the page as text, neve
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup, escape
 
-from dpsynth.report.page import CLAIM_PREFIX
+from dpsynth.io import atomic_open
+from dpsynth.report.page import CLAIM_PREFIX, OVERVIEW_FILE, PAGE_FILE, Page, manifest
 from dpsynth.report.tables.render import DEVIATIONS, LEGEND
 
 if TYPE_CHECKING:
-    from dpsynth.report.page import Page
     from dpsynth.report.tables import BuiltTable
 
 _ENV = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
@@ -158,3 +162,21 @@ def overview_fragment(page: Page) -> str:
     tables = sum(len(es) for _, es in page.groups)
     return _OVERVIEW.render(page=page, tables=tables,
                             tables_not_run=sum(1 for _, es in page.groups for e in es if not e.built.ours))
+
+
+def write_page(page: Page, built: dict[str, BuiltTable], out_dir: Path) -> list[Path]:
+    """``{name}.html`` per table, ``overview.html`` and ``page.json`` (the page's ``manifest``, which
+    workflow/rules/report.smk reads) into ``out_dir``, each atomically."""
+    written = []
+    for _, es in page.groups:
+        for e in es:
+            path = Path(out_dir) / f"{e.name}.html"
+            with atomic_open(path) as fh:
+                fh.write(table_document(built[e.name], e.ref, page.scale))
+            written.append(path)
+    for name, text in ((OVERVIEW_FILE, overview_fragment(page)),
+                       (PAGE_FILE, json.dumps(manifest(page), indent=1, ensure_ascii=False) + "\n")):
+        with atomic_open(Path(out_dir) / name) as fh:
+            fh.write(text)
+        written.append(Path(out_dir) / name)
+    return written

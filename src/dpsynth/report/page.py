@@ -1,7 +1,7 @@
 """The report page a reader opens (`snakemake --report`): which paper each table and figure belongs
 to, in what order they come, what the first page says, and the files that carry it.
 
-`dpsynth report` writes, beside each table's ``{name}.md``/``.csv``/``.tex``:
+`dpsynth report` writes, beside each table's ``{name}.md``/``.csv``/``.tex`` (``dpsynth.report.html.write_page``):
 
 - ``{name}.html``: the table with its legend and notes, ours beside the papers' (``dpsynth.report.html``),
   which Snakemake's report shows in the page (a CSV it only offers as a download);
@@ -40,8 +40,7 @@ PRIVACY = "privacy"
 _GROUP_TITLES = {PRIVACY: "Privacy: every run's epsilon, the ledger, utility against epsilon",
                  "ours": "Ours (no paper table)"}
 CLAIM_PREFIX = "Claim ("
-#: what a run's training-curve figure shows (``dpsynth.report.figures.training_curves``), and their category
-TRAINING = "training curves"
+#: the category of the runs' training-curve figures (``dpsynth.report.figures.TRAINING``)
 TRAINING_CATEGORY = "Training curves"
 
 
@@ -121,6 +120,7 @@ def _entry(params: Params, built: BuiltTable) -> Entry:
 
 def build_page(params: Params, built: dict[str, BuiltTable], figures: list[Figure], runs: list[str]) -> Page:
     """The page's order and the not-run list from the built tables and the figures' outcome."""
+    from dpsynth.report.figures import TRAINING
     from dpsynth.report.not_run import how_to_run
     from dpsynth.report.plotting import NotDrawn
 
@@ -172,6 +172,8 @@ def _paper_titles() -> dict[str, str]:
 
 
 def _figure_how(params: Params, f: Figure) -> str:
+    from dpsynth.report.figures import TRAINING
+
     if f.shows == TRAINING:
         return "`snakemake` trains it at this scale (a pipeline target); it has not finished"
     if f.table is not None and f.table in params.tables:
@@ -186,26 +188,6 @@ def manifest(page: Page) -> dict[str, Any]:
     return {"tables": {e.name: {"category": cat, "labels": {LABEL: e.label(page.scale)}}
                        for cat, es in page.groups for e in es},
             "figures": {stem: {"category": cat, "labels": labels} for stem, cat, labels in page.figures}}
-
-
-def write_page(page: Page, built: dict[str, BuiltTable], out_dir: Path) -> list[Path]:
-    """``{name}.html`` per table, ``overview.html`` and ``page.json`` into ``out_dir``, each atomically."""
-    from dpsynth.io import atomic_open
-    from dpsynth.report.html import overview_fragment, table_document
-
-    written = []
-    for _, es in page.groups:
-        for e in es:
-            path = Path(out_dir) / f"{e.name}.html"
-            with atomic_open(path) as fh:
-                fh.write(table_document(built[e.name], e.ref, page.scale))
-            written.append(path)
-    for name, text in ((OVERVIEW_FILE, overview_fragment(page)),
-                       (PAGE_FILE, json.dumps(manifest(page), indent=1, ensure_ascii=False) + "\n")):
-        with atomic_open(Path(out_dir) / name) as fh:
-            fh.write(text)
-        written.append(Path(out_dir) / name)
-    return written
 
 
 # --------------------------------------------------------------------------- Snakemake's report hooks

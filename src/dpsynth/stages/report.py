@@ -49,8 +49,9 @@ def run_report(params: Params, *, results: str = "results", models: str = "model
     GS-WGAN's training-split statistics lie; shown for the datasets ``data.public`` declares public now."""
     from dpsynth.io import staged_dir
     from dpsynth.report.figures import make_figures
+    from dpsynth.report.html import write_page
     from dpsynth.report.ledger import LEDGER, build_ledger
-    from dpsynth.report.page import build_page, write_page
+    from dpsynth.report.page import build_page
     from dpsynth.report.runs import RunStore
     from dpsynth.report.tables import BuiltTable, build_tables, write_index, write_table
 

@@ -22,7 +22,18 @@ import pandas as pd
 
 from dpsynth.config import Params, Table
 from dpsynth.paths import OUTSIDE_GUARANTEE, PRIVATE, w2_train_file
-from dpsynth.report.claims import Estimate, Verdict, all_of, claim_note, compare, exact, fit_line, unconverged
+from dpsynth.report.claims import (
+    Estimate,
+    Verdict,
+    all_of,
+    claim_note,
+    compare,
+    estimate_of_records,
+    exact,
+    fit_line,
+    step_checked,
+    unconverged,
+)
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
 from dpsynth.report.tables.common import BuiltTable, _members
@@ -34,8 +45,8 @@ from dpsynth.report.tables.w2 import (
     closeness_cells,
     closeness_records,
     w2_cell,
-    w2_estimate,
     w2_of,
+    w2_record,
 )
 
 #: The rate Theorem 2 of the paper gives (n^-1/2) as a slope of log W2 against log n.
@@ -69,7 +80,9 @@ def fit_rate(ns: Sequence[float], w2s: Sequence[float]) -> dict[str, Estimate]:
     - ``floor`` and ``c`` of W2 = floor + c n^-1/2 (least squares, linear in n^-1/2: the paper's rate with the
       two-sample W2's floor, which a total-W2 log-log slope mistakes for a slower rate);
     - ``exponent`` b of W2 = floor + c n^-b, all three free (``scipy.optimize.curve_fit``; its error from the
-      fit's covariance on N - 3 degrees of freedom; absent with fewer than four points or when the fit fails)."""
+      fit's covariance on N - 3 degrees of freedom; absent with fewer than four points or when the fit fails),
+      and that fit's own floor, ``floor_free``: the 1/sqrt(n) fit's intercept belongs to a model the free
+      exponent may reject, so the notes print both."""
     import warnings
 
     x = np.asarray(ns, dtype=np.float64)
@@ -87,9 +100,10 @@ def fit_rate(ns: Sequence[float], w2s: Sequence[float]) -> dict[str, Estimate]:
             se = float(np.sqrt(pcov[2, 2])) if np.isfinite(pcov[2, 2]) else math.inf
             if not (math.isfinite(se) and math.isfinite(float(popt[2]))):
                 return out  # not identified by these points: no exponent rather than a meaningless one
-            out["exponent"] = Estimate.of_fit(float(popt[2]), se, x.size - 3,
-                                              f"least-squares fit W2 = a + c n^-b over {x.size} points, error from "
-                                              "its covariance")
+            src = f"least-squares fit W2 = a + c n^-b over {x.size} points, error from its covariance"
+            out["exponent"] = Estimate.of_fit(float(popt[2]), se, x.size - 3, src)
+            se_a = float(np.sqrt(pcov[0, 0])) if np.isfinite(pcov[0, 0]) else math.inf
+            out["floor_free"] = Estimate.of_fit(float(popt[0]), se_a, x.size - 3, src)
         except (RuntimeError, ValueError):
             pass
     return out
@@ -128,17 +142,26 @@ def rate_claim(runs: pd.DataFrame, *, figure: str = "Fig. 11", claim: str = CLAI
     return note
 
 
-def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11", step_verdict: Verdict | None = None) -> str:
+def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11", checks: pd.DataFrame | None = None,
+              steps: str = "twice the steps") -> str:
     """The second measure read along n (not a claim of the paper): the KID x 10^3 of the runs at the largest n
     against those at the smallest (``per_run``: columns ``n`` and ``kid``, one row per run), decided by the claim
-    checker on the runs' spread; undecided where the step check does not hold (``claims.unconverged``)."""
+    checker on the runs' spread -- Welch: runs of one seed at two n share only their initial weights, not their
+    records, batches or noise. ``checks``: the runs at twice the steps (same columns; None: the table ran none);
+    the difference must keep its sign there (``claims.step_checked``), which needs runs at both n."""
     ok = per_run.dropna()
     if ok["n"].nunique() < 2:
         return "Second measure along n: not checked (KID at fewer than two n)."
     lo, hi = ok["n"].min(), ok["n"].max()
+    what = f"KID ×10³ at n={hi:,.0f} minus at n={lo:,.0f}"
     small, large = (Estimate.of_runs(1e3 * ok.loc[ok["n"] == n, "kid"]) for n in (lo, hi))
-    verdict = unconverged(compare(large, small, "less", what=f"KID ×10³ at n={hi:,.0f} minus at n={lo:,.0f}"),
-                          step_verdict, "the generators at the larger n had not converged at this step count")
+    verdict = compare(large, small, "less", what=what)
+    if checks is not None:
+        again = checks.dropna()
+        redo = compare(*(Estimate.of_runs(1e3 * again.loc[again["n"] == n, "kid"]) for n in (hi, lo)), "less",
+                       what=what) if {lo, hi} <= set(again["n"]) else None
+        ran = ", ".join(f"{n:,.0f}" for n in sorted(again["n"].unique())) or "none"
+        verdict = step_checked(verdict, redo, f"{steps} (run at n = {ran})")
     return claim_note(f"ours, beside Reshetova et al., {figure}",
                       f"the generator is closer to the clean data by the second measure (KID ×10³) at n={hi:,.0f} "
                       f"than at n={lo:,.0f}", verdict,
@@ -146,30 +169,110 @@ def kid_falls(per_run: pd.DataFrame, *, figure: str = "Fig. 11", step_verdict: V
                               f"over {large.n}.)")
 
 
+def seed_of(params: Params, experiment: str) -> int:
+    """A run's training seed as the design sets it (``config.run.resolve_run``: the experiment's, else the first
+    of params seeds)."""
+    exp = params.all_experiments()[experiment]
+    return int(exp.seed) if exp.seed is not None else int(params.seeds[0])
+
+
+def shares_at(n: int) -> str:
+    """What one seed fixes for a Fig. 11 run of ``n`` records: runs of the same seed and n -- a cell and the same
+    cell at twice the steps -- pair; at different n they differ in records and batches, so they do not."""
+    return (f"initial weights, training subset and batch order at n = {n:,} (the privatization noise is secret, "
+            "fresh per run)")
+
+
+def seeded_w2(params: Params, names: Sequence[str], runs: Sequence[Run | None], n: int) -> Estimate:
+    """The W2 of a setting's runs, each kept with its seed from the design (``claims.estimate_of_records``)."""
+    return estimate_of_records([w2_record(r) for r in runs], [seed_of(params, x) for x in names], shares_at(n))
+
+
 def _step_check(check: str, groups: dict[int, list[str]], params: Params, store: RunStore,
-                fit: dict[str, Estimate]) -> tuple[str, Verdict | None, dict[str, Any] | None]:
-    """The table's ``step_check`` run(s) beside the runs of the same n (the step count's criterion): the note and
-    its verdict (None when not checked). The margin is what the table decides there: the excess over the floor the
-    rate fit attributes to that n, c n^-1/2 (``fit``; without a fit, 5 %). Also the point the figure marks: the
-    check's mean W2 at its n."""
-    from dpsynth.report.tables.w2_claims import step_check, step_verdict
+                fit: dict[str, Estimate]) -> tuple[str, Verdict | None, dict[str, Any] | None, pd.DataFrame]:
+    """The table's ``step_check`` run(s) beside the runs of the same n and seeds (paired): the level's note and
+    verdict (None when not checked). The margin is the claim's own quantity there: the excess over the floor the
+    rate fit attributes to that n, c n^-1/2 (``fit``; without a fit, no margin and the check is undecided -- never
+    a default percentage). Also the point the figure marks and the check's runs' KID (for :func:`kid_falls`)."""
+    from dpsynth.report.tables.w2_claims import step_check
 
     experiments = params.all_experiments()
     n = experiments[check].train_size or 0
     twins = groups.get(n, [])
-    base = [store.experiment(x) for t in twins for x in params.replicates_of(t)]
-    at, twice = w2_estimate(base), w2_estimate([store.experiment(x) for x in params.replicates_of(check)])
+    names = [x for t in twins for x in params.replicates_of(t)]
+    base = [store.experiment(x) for x in names]
+    again_names = params.replicates_of(check)
+    again = [store.experiment(x) for x in again_names]
+    at, twice = seeded_w2(params, names, base, n), seeded_w2(params, again_names, again, n)
+    kids = pd.DataFrame([{"n": float(n), "kid": float(k["kid"]["mean"])} for k in map(closeness_records, again)
+                         if "kid" in k], columns=["n", "kid"])
     if at.n == 0 or twice.n == 0:
-        return f"Step count: not checked ({check} or the n = {n:,} cell has no W2 yet).", None, None
+        return f"Step count: not checked ({check} or the n = {n:,} cell has no W2 yet).", None, None, kids
     run = next(r for r in base if r is not None)
     steps = int((run.metrics.get("train") or {}).get("steps") or experiments[twins[0]].hparams.max_steps or 0)
     what = f"n={n:,} ({', '.join(twins)} vs {check})"
     c = fit.get("c")
-    absolute = abs(c.value) * n ** -0.5 if c is not None and math.isfinite(c.value) and n > 0 else None
+    margin = abs(c.value) * n ** -0.5 if c is not None and math.isfinite(c.value) and n > 0 else None
     point = {"n": float(n), "value": twice.value, "se": twice.se, "runs": twice.n, "steps": 2 * steps}
-    return (step_check([(what, at, twice, steps)], absolute=absolute,
-                       absolute_is=f"the excess over the floor the rate fit gives n={n:,} (c n^-1/2)"),
-            step_verdict(what, at, twice, absolute=absolute), point)
+    note, verdict = step_check([(what, at, twice, steps)], margin=margin,
+                               margin_is=f"the excess over the floor the rate fit gives n={n:,} (c n^-1/2)")
+    return note, verdict, point, kids
+
+
+def floors_note(fit: dict[str, Estimate], rows: pd.DataFrame, real: Estimate | None, real_is: str,
+                check: dict[str, Any] | None) -> str:
+    """Where the runs sit (issue 69 item 5): the 1/sqrt(n) fit's intercept beside the free-exponent fit's floor,
+    and the runs at the largest n (and at twice the steps) against what real images score on the same estimator
+    (``real``; None: not measured beside this table)."""
+    a, free = fit.get("floor"), fit.get("floor_free")
+    if a is None or not math.isfinite(a.value):
+        return "Floors: not fitted (fewer than two n)."
+
+    def pm(e: Estimate) -> str:
+        return f"{e.value:.3f}" + (f" ± {e.se:.3f} (s.e.)" if e.se is not None else "")
+
+    out = f"Floors (ours): the 1/sqrt(n) fit's intercept is {pm(a)}, the floor of a model the free exponent "
+    out += (f"rejects; the free-exponent fit W2 = a + c n^-b puts the floor at {pm(free)}." if free is not None
+            else "is not tested against (no free-exponent fit).")
+    top = rows["n"].max()
+    last = Estimate.of_runs(rows.loc[rows["n"] == top, "test"])
+    out += f" The runs at n = {top:,.0f} score {last.value:.3f} over {last.n} run(s)"
+    if check is not None:
+        out += f", the same n at {check['steps']:,} steps {check['value']:.3f} over {check['runs']}"
+    if real is None:
+        return out + ". What real images score on this estimator was not measured beside this table."
+    v = compare(last, real, "greater", what="largest n - real images")
+    lo, hi = v.interval
+    ci = f", 95 % interval [{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    out += (f". Real clean training images score {real.value:.3f}" + (f" ± {real.se:.3f}" if real.se else "") +
+            f" ({real_is}): the runs at n = {top:,.0f} minus real images = {v.difference:+.3f}{ci}")
+    if check is not None:
+        out += f"; at twice the steps {check['value'] - real.value:+.3f}"
+    return out + (". A generator at the real-image floor is as close as this estimator can tell on 1,000 points; "
+                  "below it, W2's preference for smooth samples (the reference rows of Fig. 5: blurred images score "
+                  "lower than real ones) is the likelier reading than a better generator.")
+
+
+def real_floor(results: Any, dataset: str | None) -> tuple[Estimate | None, str]:
+    """What real clean training images score on the same W2 estimator against the same test split: the W2 sweep's
+    reference row ``clean training records`` of this dataset (1,000 records per side, its spread over sample
+    draws of both sides), when that sweep ran; else None."""
+    from dpsynth.paths import w2_noise_csv
+    from dpsynth.report.tables.w2 import read_w2_csv, rows_of_role
+
+    path = w2_noise_csv(results, dataset) if dataset else None
+    if path is None or not path.is_file():
+        return None, ""
+    refs = rows_of_role(read_w2_csv(path, role=None), "reference")
+    real = refs[refs["loss"] == "clean training records"]
+    if not len(real):
+        return None, ""
+    r = real.iloc[0]
+    draws = int(r["w2_draws"]) if "w2_draws" in r and pd.notna(r.get("w2_draws")) else 0
+    std = float(r["w2_draw_std"]) if "w2_draw_std" in r and pd.notna(r.get("w2_draw_std")) else math.nan
+    est = Estimate.of_draw_std(float(r["w2"]), std, draws)
+    return est, (f"{path.name}'s reference row: 1,000 real training records against 1,000 test-split records, "
+                 f"sd over {draws} draws of both sides, so it spans other test subsets than the one these runs read")
 
 
 def _train_size_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -192,7 +295,7 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
         first = next((name for name, r in zip(names, reps) if r is not None), None)
         if first is not None:
             grids.append((f"n = {n:,} ({first}; 1 of {sum(r is not None for r in reps)} runs)", first))
-        est = w2_estimate(reps)
+        est = seeded_w2(params, names, reps, n)
         per_run += [{"n": float(n), "test": w} for w in (w2_of(r) for r in reps) if w is not None]
         kids += [{"n": float(n), "kid": float(k["kid"]["mean"])} for k in map(closeness_records, reps) if "kid" in k]
         points.append({"n": float(n), "test": est.value if est.n else math.nan,
@@ -216,16 +319,19 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                  "(private)'.")
     rows = pd.DataFrame(per_run, columns=["n", "test"])
     fit = fit_rate(rows["n"], rows["test"]) if rows["n"].nunique() >= 2 else {}
-    step_note, steps_ok, check_point = _step_check(table.step_check, groups, params, store, fit) \
-        if table.step_check is not None else (None, None, None)
-    notes.append(rate_claim(rows, figure=paper.table if paper is not None else name, step_verdict=steps_ok))
+    step_note, steps_ok, check_point, check_kids = _step_check(table.step_check, groups, params, store, fit) \
+        if table.step_check is not None else (None, None, None, None)
+    figure = paper.table if paper is not None else name
+    notes.append(rate_claim(rows, figure=figure, step_verdict=steps_ok))
     if step_note is not None:
         notes.append(step_note)
+    real, real_is = real_floor(store.results, table.dataset)
+    notes.append(floors_note(fit, rows, real, real_is, check_point))
     if kids:
         notes.append(SECOND_MEASURE_NOTE.replace("on the same generated records as W2", "on each run's synthetic set "
                                                  "(its first 1,000 records), the set W2 reads"))
-        notes.append(kid_falls(pd.DataFrame(kids, columns=["n", "kid"]),
-                               figure=paper.table if paper is not None else name, step_verdict=steps_ok))
+        notes.append(kid_falls(pd.DataFrame(kids, columns=["n", "kid"]), figure=figure, checks=check_kids,
+                               steps=f"{check_point['steps']:,} steps" if check_point else "twice the steps"))
     notes += _scale_notes(runs)
     columns = ["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper"] + \
         ([KID_COLUMN, PR_COLUMN] if kids else []) + ["W2 to clean train (private)"]
@@ -234,6 +340,7 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                               "runs": rows.to_dict("records"),
                               "fit": {k: {"value": e.value, "se": e.se} for k, e in fit.items()},
                               "paper_slope": PAPER_SLOPE, "private_train": train_curve_path("<cell>"),
-                              "step_check": check_point}
+                              "step_check": check_point,
+                              "real_floor": {"value": real.value, "se": real.se} if real is not None else None}
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
                       curves=curves, runs=grids)

@@ -205,40 +205,29 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             entropic_claim,
             entropic_kid_claim,
             kid_rows,
-            levels_of,
-            lowest_verdict,
             privatized_claim,
             slope_claim,
-            smallest_decided,
-            sweep_step_check,
-            sweep_step_verdict,
+            sweep_step_note,
         )
 
-        # the step check first: where twice the steps move W2 by more than the smallest difference the table
-        # decides, every claim below reads undecided (claims.unconverged), its numbers kept
+        # every claim is checked on its own quantity at twice the steps (the step_check rows, the same seeds):
+        # a decided difference stands only if it keeps its sign there (claims.step_checked)
         checks = rows_of_role(every, "step_check")
-        decided = smallest_decided(lowest_verdict(levels_of(df, "w2", lambda v: f"σ={v:g}"))) if len(checks) \
-            else None
-        steps = sweep_step_verdict(df, checks, absolute=decided) if len(checks) else None
-        notes.append(entropic_claim(df, steps=steps))
-        kid_note = None
-        if "kid" in df and df["kid"].notna().any():
-            # the second measure's claim, under its own step check: KID moves with the steps too
-            kids, kid_checks = kid_rows(df), kid_rows(checks) if len(checks) and "kid" in checks else checks
-            kid_decided = smallest_decided(lowest_verdict(levels_of(kids, "kid", lambda v: f"σ={v:g}"))) \
-                if len(kid_checks) else None
-            kid_steps = sweep_step_verdict(kids, kid_checks, absolute=kid_decided, column="kid") \
-                if len(kid_checks) else None
-            notes.append(entropic_kid_claim(df, steps=kid_steps))
-            if len(kid_checks):
-                kid_note = sweep_step_check(kids, kid_checks, absolute=kid_decided, column="kid",
-                                            quantity="KID ×10³ to the clean data")
-        notes.append(slope_claim(df, steps=steps))
-        notes.append(privatized_claim(df, steps=steps))
+        guard = checks if len(checks) else None
+        notes.append(entropic_claim(df, checks=guard))
+        has_kid = "kid" in df and df["kid"].notna().any()
+        if has_kid:
+            notes.append(entropic_kid_claim(df, checks=guard))
+        notes.append(slope_claim(df, checks=guard))
+        notes.append(privatized_claim(df, checks=guard))
         if len(checks):
-            notes.append(sweep_step_check(df, checks, absolute=decided))
-        if kid_note is not None:
-            notes.append(kid_note)
+            notes.append(sweep_step_note(df, checks))
+            if has_kid and "kid" in checks and checks["kid"].notna().any():
+                notes.append(sweep_step_note(kid_rows(df), kid_rows(checks), column="kid",
+                                             quantity="KID ×10³ to the clean data"))
+        else:
+            notes.append("Step count: not checked (the sweep ran nothing at twice the steps), so no claim above is "
+                         "guarded against where training stopped.")
         refs = rows_of_role(every, "reference")
         for r in refs.itertuples():
             records.append({"Loss": f"reference: {r.loss}", "Noise σ": NOT_APPLICABLE, "Run": path.name,

@@ -26,7 +26,9 @@ in tanh (the same range); with the DCT option the records are DCT coefficients a
 generator's output goes through the same orthonormal DCT before the loss.
 
 Modules: ``loss`` (record space, matched loss spec, the three losses), ``fit`` (generator, trainer,
-``fit``), ``run`` (the stepper on the one training loop, ``train``).
+``fit``; the reference trainer of one run), ``packed`` (the fast trainer: K MLP runs in one batched step, each
+its own weights, Adam moments, draws, records and temperature), ``run`` (the stepper on the one training loop,
+``train``).
 """
 
 from dpsynth.methods.entropic_wgan.fit import EWGANTrainer, fit, generator_arch, load_released, sample_records

@@ -15,7 +15,7 @@ from torch import Tensor
 from dpsynth.config import EntropicWGANHparams, Experiment, LocalMechanism
 from dpsynth.data.dataset import images_to_signed
 from dpsynth.errors import ConfigError, DataError
-from dpsynth.ot import entropic_ot, lp_power_cost, sinkhorn_potentials, transport_plan
+from dpsynth.ot import lp_power_cost, ot_value_from_potentials, sinkhorn_potentials, transport_plan, uniform_weights
 from dpsynth.ot.costs import GroundCost
 from dpsynth.privacy import mechanisms
 
@@ -162,7 +162,7 @@ def geomloss_schedule(x: Tensor, y: Tensor, spec: LossSpec) -> tuple[int, float]
     return int(math.ceil(math.log(cmax / spec.temperature) / math.log(1.0 / ratio))) + 1, ratio
 
 
-def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
+def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | None = None) -> Tensor:
     """Scalar loss between generated ``x`` (B, D) (differentiable) and privatized ``y`` (M, D).
 
     ``entropic`` and ``exact`` return ``<plan, C>`` with the plan computed without autograd
@@ -171,42 +171,110 @@ def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec) -> Tensor:
     ``DENSE_MAX_ENTRIES`` cost entries (Reshetova et al.'s full batches of 400,000 points) the entropic
     losses run the blockwise solver of ``dpsynth.ot.online``: the same values and gradients,
     memory O(block x M) instead of O(B x M).
+
+    A pack of K problems (``packed.PackedEWGAN``: x (K, B, D), y (K, M, D), ``temperature`` (K,), one per
+    member) returns the SUM of the K losses: the members' parameters are disjoint, so each gets exactly its
+    own gradient. :func:`ewgan_losses` gives them one by one (the same code).
     """
+    losses = ewgan_losses(x, y, spec, temperature)
+    return losses if losses.ndim == 0 else losses.sum()
+
+
+def ewgan_losses(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | None = None) -> Tensor:
+    """:func:`ewgan_loss` per problem: shape ``x.shape[:-2]`` (a 0-d tensor for one problem). ``temperature``
+    (a tensor of that shape) replaces ``spec.temperature`` problem by problem (a pack's members each have their
+    own noise level); only the dense solver takes a pack (no blockwise solve, no geomloss schedule)."""
     cost = spec.cost
     n_iter, scaling = spec.n_iter, spec.scaling
+    packed = x.ndim > 2
+    if packed and (temperature is None or tuple(temperature.shape) != tuple(x.shape[:-2])):
+        raise ConfigError(f"a pack of problems {tuple(x.shape[:-2])} needs one temperature per problem")
+    if packed and spec.geomloss_scaling is not None:
+        raise ConfigError("hparams.geomloss_scaling: the packed trainer runs a fixed number of Sinkhorn iterations")
     if spec.geomloss_scaling is not None and spec.loss != "exact":
         n_iter, scaling = geomloss_schedule(x, y, spec)
-    big = x.shape[0] * y.shape[0] > DENSE_MAX_ENTRIES
-    if spec.loss == "exact" and x.shape[0] * y.shape[0] > EXACT_MAX_ENTRIES:
-        raise ConfigError(f"hparams.batch_size: the exact loss solves a network simplex on a {x.shape[0]} x "
-                          f"{y.shape[0]} cost matrix, beyond {EXACT_MAX_ENTRIES:,} entries (hours per step); use "
+    big = x.shape[-2] * y.shape[-2] > DENSE_MAX_ENTRIES
+    if spec.loss == "exact" and x.shape[-2] * y.shape[-2] > EXACT_MAX_ENTRIES:
+        raise ConfigError(f"hparams.batch_size: the exact loss solves a network simplex on a {x.shape[-2]} x "
+                          f"{y.shape[-2]} cost matrix, beyond {EXACT_MAX_ENTRIES:,} entries (hours per step); use "
                           "a batch of at most 5000 or an entropic loss")
     if big and spec.loss != "exact":
+        if packed:
+            raise ConfigError(f"the packed trainer solves dense {x.shape[-2]} x {y.shape[-2]} problems only "
+                              f"(at most {DENSE_MAX_ENTRIES:,} entries); train this run alone")
         from dpsynth.ot.online import online_entropic_loss, online_sinkhorn_divergence
 
         fn = online_entropic_loss if spec.loss == "entropic" else online_sinkhorn_divergence
         return fn(x, y, spec.temperature, cost=cost, n_iter=n_iter, scaling=scaling,
                   block=max(1, DENSE_MAX_ENTRIES // max(x.shape[0], y.shape[0])))
+    # A pack's temperatures: (K,) for the solver's schedule, (K, 1, 1) against a (K, B, M) cost.
+    eps: float | Tensor = spec.temperature if temperature is None else temperature.to(x.dtype)
+    eps_mat: float | Tensor = eps if temperature is None else eps[..., None, None]  # type: ignore[index]
     # On the CPU the solves reuse their kernel between iterations (``CachedKernelSoftmin``: the same
     # iterations, ~3.4x faster at 200 x 200; its host reads would stall a GPU stream).
     cache = x.device.type == "cpu"
     if spec.loss == "sinkhorn_divergence":
         # S = W(x, y) - W(x, x)/2 - W(y, y)/2; the data-data term has no generator gradient, so it
         # is dropped (saves a third of the solves; the gradient is that of S).
-        kw: dict[str, Any] = {"eps": spec.temperature, "cost": cost, "n_iter": n_iter,
-                              "scaling": scaling, "validate": False, "cache_kernel": cache}
-        return entropic_ot(x, y, **kw) - 0.5 * entropic_ot(x, x, **kw)
+        return (_entropic_value(x, y, eps, cost, n_iter, scaling, cache)
+                - 0.5 * _entropic_value(x, x, eps, cost, n_iter, scaling, cache))
     c = cost(x, y)
-    a = torch.full((x.shape[0],), 1.0 / x.shape[0], dtype=c.dtype, device=c.device)
-    b = torch.full((y.shape[0],), 1.0 / y.shape[0], dtype=c.dtype, device=c.device)
+    lead = tuple(c.shape[:-2])
+    a = torch.full((*lead, x.shape[-2]), 1.0 / x.shape[-2], dtype=c.dtype, device=c.device)
+    b = torch.full((*lead, y.shape[-2]), 1.0 / y.shape[-2], dtype=c.dtype, device=c.device)
     if spec.loss == "entropic":
-        f, g = sinkhorn_potentials(c, a, b, spec.temperature, n_iter=n_iter, scaling=scaling, cache_kernel=cache)
-        plan = transport_plan(c.detach(), a, b, f, g, spec.temperature)
+        f, g = sinkhorn_potentials(c, a, b, eps, n_iter=n_iter, scaling=scaling, cache_kernel=cache)
+        plan = transport_plan(c.detach(), a, b, f, g, eps_mat)  # type: ignore[arg-type]
     else:
-        import ot  # POT: exact network-simplex solver
+        plan = _exact_plans(c.detach()).to(device=c.device, dtype=c.dtype)
+    prod = plan.detach() * c
+    return prod.sum() if prod.ndim == 2 else prod.sum((-2, -1))
 
-        c64 = c.detach().to("cpu", torch.float64).numpy()
-        w = np.full(x.shape[0], 1.0 / x.shape[0]), np.full(y.shape[0], 1.0 / y.shape[0])
-        plan_np = ot.emd(w[0], w[1], c64, numItermax=max(100_000, 50 * c64.size))
-        plan = torch.from_numpy(plan_np).to(device=c.device, dtype=c.dtype)
-    return (plan.detach() * c).sum()
+
+def _entropic_value(x: Tensor, y: Tensor, eps: float | Tensor, cost: GroundCost, n_iter: int,
+                    scaling: float | None, cache: bool) -> Tensor:
+    """``OT_lambda`` between uniform clouds with its envelope gradient: ``dpsynth.ot.entropic_ot`` without its
+    checks (which take one float temperature), so a pack's (K,) temperatures go through the same solve."""
+    c = cost(x, y)
+    a = uniform_weights(x.shape[-2], x, tuple(x.shape[:-2]))
+    b = uniform_weights(y.shape[-2], y, tuple(y.shape[:-2]))
+    _, g = sinkhorn_potentials(c, a, b, eps, n_iter=n_iter, scaling=scaling, cache_kernel=cache)
+    return ot_value_from_potentials(c, a, b, g, eps if not isinstance(eps, Tensor) else eps[..., None])
+
+
+def _emd_plan(c64: np.ndarray) -> np.ndarray:
+    import ot  # POT: exact network-simplex solver
+
+    w = np.full(c64.shape[0], 1.0 / c64.shape[0]), np.full(c64.shape[1], 1.0 / c64.shape[1])
+    return ot.emd(w[0], w[1], c64, numItermax=max(100_000, 50 * c64.size))
+
+
+def _exact_plans(c: Tensor) -> Tensor:
+    """The unregularised W_p plan(s) of a (B, M) or (K, B, M) cost: POT's network simplex (``ot.emd``) in
+    float64 on the host. A pack's K problems are spread over the host's cores in threads (POT's
+    solver releases the GIL), so the exact loss of a pack costs about K / cores solves, not K."""
+    c64 = c.to("cpu", torch.float64).numpy()
+    if c64.ndim == 2:
+        return torch.from_numpy(_emd_plan(c64))
+    flat = c64.reshape(-1, *c64.shape[-2:])
+    pool = _emd_pool()
+    plans = list(pool.map(_emd_plan, flat)) if pool is not None and len(flat) > 1 else [_emd_plan(m) for m in flat]
+    return torch.from_numpy(np.stack(plans).reshape(c64.shape))
+
+
+_POOL: Any = None
+
+
+def _emd_pool() -> Any:
+    """One thread per core this process may use (None with one core); made once, kept for the process."""
+    global _POOL
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores <= 1:
+        return None
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="emd")
+    return _POOL

@@ -179,3 +179,23 @@ def test_fig11s_claims_read_under_their_own_step_checks() -> None:
     assert "Ours: holds --" in kid_falls(kids, checks=kids, steps="10,000 steps")
     flipped = kids.assign(kid=kids["kid"][::-1].to_numpy())
     assert "the sign flips" in kid_falls(kids, checks=flipped, steps="10,000 steps")
+
+
+def test_the_closeness_claim_is_decided_on_each_measure_apart() -> None:
+    """Issue 69 item 4: the measures are blind in different places (W2 rewards blur, KID a matched blob,
+    precision / recall flag smooth sets), so "closest to the clean data" is decided on each apart, never pooled:
+    here W2 says it holds while KID says it does not, and precision (higher is closer) holds on its own."""
+    from dpsynth.report.tables.w2_claims import MEASURES_NOTE, entropic_kid_claim, entropic_measure_claim
+
+    rows = _rows({"entropic": [10, 10, 10, 10], "exact": [11, 11, 11, 11]})
+    ent = rows["loss"] == "entropic"
+    rows = rows.assign(kid=np.where(ent, 3e-3, 2e-3) + 1e-5 * rows["seed"] ** 2,
+                       precision=np.where(ent, 0.6, 0.4) + 0.01 * rows["seed"] ** 2, recall=0.0)
+    assert "Ours: holds --" in entropic_claim(rows)
+    assert "Ours: does not hold --" in entropic_kid_claim(rows)
+    precision = entropic_measure_claim(rows, "precision", "precision", higher=True)
+    assert "Ours: holds --" in precision and "higher is closer" in precision and "(> 0)" in precision
+    recall = entropic_measure_claim(rows, "recall", "recall", higher=True)
+    assert "Ours: undecided --" in recall  # every recall 0: no difference to decide
+    assert "W2 in pixels rewards blur" in MEASURES_NOTE and "Gaussian fitted to the data" in MEASURES_NOTE
+    assert "precision and recall" in MEASURES_NOTE

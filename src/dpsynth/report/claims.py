@@ -201,7 +201,8 @@ def compare(a: Estimate, b: Estimate, rule: Rule, *, margin: float = 0.0, what: 
     else:
         se = math.sqrt(sum((e.se or 0.0) ** 2 for e in (a, b))) / scale
         dof = _welch_dof(a, b)
-        design = "Welch's interval, the cells independent" + _why_unpaired(a, b)
+        design = ("against a fixed value: the estimate's own interval" if any(_is_exact(e) for e in (a, b))
+                  else "Welch's interval, the cells independent" + _why_unpaired(a, b))
     half = _t_quantile(dof) * se
     lo, hi = diff - half, diff + half
     sources = "; ".join(sorted({e.source for e in (a, b)})) + f"; {design}"
@@ -272,11 +273,12 @@ def all_of(parts: Sequence[Verdict], what: str = "") -> Verdict:
                    tuple(parts))
 
 
-def lowest(target: str, estimates: dict[str, Estimate], *, what: str = "") -> Verdict:
-    """"``target`` has the smallest value": ``target`` - each other is < 0, combined by :func:`all_of`."""
+def lowest(target: str, estimates: dict[str, Estimate], *, what: str = "", rule: Rule = "less") -> Verdict:
+    """"``target`` has the smallest value": ``target`` - each other is < 0, combined by :func:`all_of`
+    (``rule="greater"``: the largest, for a measure where higher is closer, e.g. precision)."""
     if target not in estimates or len(estimates) < 2:
         return _undecided(what or target, math.nan, f"needs {target} and another")
-    parts = [compare(estimates[target], est, "less", what=f"{target} - {other}")
+    parts = [compare(estimates[target], est, rule, what=f"{target} - {other}")
              for other, est in estimates.items() if other != target]
     return all_of(parts, what or f"{target} lowest")
 

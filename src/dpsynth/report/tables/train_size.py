@@ -231,9 +231,10 @@ def floors_note(fit: dict[str, Estimate], rows: pd.DataFrame, real: Estimate | N
     def pm(e: Estimate) -> str:
         return f"{e.value:.3f}" + (f" ± {e.se:.3f} (s.e.)" if e.se is not None else "")
 
-    out = f"Floors (ours): the 1/sqrt(n) fit's intercept is {pm(a)}, the floor of a model the free exponent "
-    out += (f"rejects; the free-exponent fit W2 = a + c n^-b puts the floor at {pm(free)}." if free is not None
-            else "is not tested against (no free-exponent fit).")
+    b = fit.get("exponent")
+    out = f"Floors (ours): the 1/sqrt(n) fit's intercept is {pm(a)}, the floor of the model with the paper's exponent"
+    out += (f"; the free-exponent fit W2 = a + c n^-b (b = {b.value:.3f}) puts the floor at {pm(free)}."
+            if free is not None and b is not None else " (no free-exponent fit to set beside it).")
     top = rows["n"].max()
     last = Estimate.of_runs(rows.loc[rows["n"] == top, "test"])
     out += f" The runs at n = {top:,.0f} score {last.value:.3f} over {last.n} run(s)"
@@ -247,7 +248,13 @@ def floors_note(fit: dict[str, Estimate], rows: pd.DataFrame, real: Estimate | N
     out += (f". Real clean training images score {real.value:.3f}" + (f" ± {real.se:.3f}" if real.se else "") +
             f" ({real_is}): the runs at n = {top:,.0f} minus real images = {v.difference:+.3f}{ci}")
     if check is not None:
-        out += f"; at twice the steps {check['value'] - real.value:+.3f}"
+        runs = int(check["runs"])
+        twice = Estimate(float(check["value"]), check["se"], float(runs - 1), f"{runs} training runs", runs) \
+            if check["se"] is not None else Estimate.single(float(check["value"]))
+        w = compare(twice, real, "greater", what="twice the steps - real images")
+        lo, hi = w.interval
+        ci = f", [{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+        out += f"; at {check['steps']:,} steps {w.difference:+.3f}{ci}"
     return out + (". A generator at the real-image floor is as close as this estimator can tell on 1,000 points; "
                   "below it, W2's preference for smooth samples (the reference rows of Fig. 5: blurred images score "
                   "lower than real ones) is the likelier reading than a better generator.")

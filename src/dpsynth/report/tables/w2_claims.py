@@ -32,6 +32,7 @@ import pandas as pd
 from dpsynth.report.claims import (
     STEP_RULE,
     Estimate,
+    Rule,
     Verdict,
     all_of,
     claim_note,
@@ -58,20 +59,22 @@ SWEEP_SHARES = "initial weights, batches, privatization noise at that σ, latent
 Levels = dict[str, dict[str, Estimate]]
 
 
-def lowest_verdict(levels: Levels, twice: Levels | None = None, steps: str = "twice the steps") -> Verdict | None:
+def lowest_verdict(levels: Levels, twice: Levels | None = None, steps: str = "twice the steps",
+                   rule: Rule = "less") -> Verdict | None:
     """At each level, "the entropic loss's value is the smallest" (``claims.lowest``), made at every level
     (``claims.all_of``); None when no level has the entropic loss and another. ``twice``: the same levels from
     the runs at twice the steps (``steps`` names them), each compared difference checked on itself there
-    (``claims.step_checked``); None: the table ran no step check (its notes say so)."""
+    (``claims.step_checked``); None: the table ran no step check (its notes say so). ``rule="greater"``: the
+    entropic loss's value is the largest (a measure where higher is closer)."""
     parts = []
     for label, ests in levels.items():
         if "entropic" not in ests or len(ests) < 2:
             continue
-        v = lowest("entropic", ests, what=label)
+        v = lowest("entropic", ests, what=label, rule=rule)
         if twice is not None:
             again = twice.get(label, {})
             others = [o for o in ests if o != "entropic"]
-            v = all_of([step_checked(part, compare(again["entropic"], again[other], "less", what=part.what)
+            v = all_of([step_checked(part, compare(again["entropic"], again[other], rule, what=part.what)
                                      if {"entropic", other} <= set(again) else None, f"{steps} ({label})")
                         for other, part in zip(others, v.parts)], label)
         parts.append(v)
@@ -80,16 +83,17 @@ def lowest_verdict(levels: Levels, twice: Levels | None = None, steps: str = "tw
 
 def lowest_claim(levels: Levels, *, figure: str, claim: str, levels_name: str,
                  what: str = "W2 to the clean data", twice: Levels | None = None,
-                 steps: str = "twice the steps") -> str:
+                 steps: str = "twice the steps", rule: Rule = "less") -> str:
     """At each level (a noise level, a mechanism row), "the entropic loss's value is the smallest", decided
     against each other loss of that level; the claim is made at every level (``claims.all_of``). ``twice``: the
     levels at twice the steps, which every decided difference must survive (:func:`lowest_verdict`)."""
-    verdict = lowest_verdict(levels, twice, steps)
+    verdict = lowest_verdict(levels, twice, steps, rule)
     if verdict is None:
         return (f"Claim ({SOURCE.format(figure=figure)}): {claim}. Ours: not checked (no {levels_name[:-1]} has "
                 "the entropic loss and another).")
     return claim_note(SOURCE.format(figure=figure), claim, verdict,
-                      details=f"({what}, per {levels_name[:-1]}: the entropic loss minus each other loss.)")
+                      details=f"({what}, per {levels_name[:-1]}: the entropic loss minus each other loss"
+                              f"{'; higher is closer' if rule == 'greater' else ''}.)")
 
 
 def levels_of(df: pd.DataFrame, column: str, level: Callable[[Any], str]) -> Levels:
@@ -113,11 +117,16 @@ def steps_of(checks: pd.DataFrame | None) -> str:
     return "twice the steps"
 
 
-def _twice(checks: pd.DataFrame | None, column: str) -> Levels | None:
-    """The step check's rows as levels (None: the table ran none, so nothing is checked and the notes say so)."""
-    if checks is None or not len(checks) or column not in checks:
+def _twice(checks: pd.DataFrame | None, column: str,
+           rows: Callable[[pd.DataFrame], pd.DataFrame] = lambda d: d) -> Levels | None:
+    """The step check's rows as levels on ``column`` (``rows`` prepares them, e.g. KID x 10^3). None: the table
+    ran no step check (nothing is checked and the notes say so); a step check without that column: no level, so
+    every decided part reads undecided ("no run")."""
+    if checks is None or not len(checks):
         return None
-    return levels_of(checks[checks[column].notna()], column, _sigma)
+    if column not in checks or not checks[column].notna().any():
+        return {}
+    return levels_of(rows(checks[checks[column].notna()]), column, _sigma)
 
 
 def entropic_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", claim: str = CLAIM,
@@ -148,7 +157,37 @@ def entropic_kid_claim(df: pd.DataFrame, *, figure: str = "Fig. 5", checks: pd.D
     run's noise)."""
     return lowest_claim(levels_of(kid_rows(df), "kid", _sigma), figure=figure, claim=KID_CLAIM,
                         levels_name="noise levels", what="KID ×10³ to the clean data",
-                        twice=_twice(kid_rows(checks) if checks is not None else None, "kid"), steps=steps_of(checks))
+                        twice=_twice(checks, "kid", kid_rows), steps=steps_of(checks))
+
+
+#: Which measure catches what (issue 69 item 4): why the closeness claim is decided on each measure apart.
+MEASURES_NOTE = (
+    "Ours: the measures read together -- the closeness claim is decided on each measure apart, never pooled, "
+    "because each is blind somewhere: W2 in pixels rewards blur and shrinkage (the reference rows: blurred and "
+    "shrunk real images score lower than real ones); KID in a learned feature space ranks those below real images "
+    "but can reward a smooth set whose features match the data's mean and covariance (a Gaussian fitted to the "
+    "data scores well on it while its samples are grey blobs); precision and recall (k-NN manifolds in the same "
+    "features) flag smooth or synthetic-looking sets: low precision = samples off the real records' manifold, low "
+    "recall = real records the samples do not cover. Where the measures disagree, the claims say so measure by "
+    "measure; a generator is closer only on the measures where its claim holds.")
+#: The second measure's parts decided like KID: (column, label, higher is closer).
+PR_MEASURES = (("precision", "precision (share of samples on the real records' manifold)", True),
+               ("recall", "recall (share of real records covered)", True))
+
+
+def entropic_measure_claim(df: pd.DataFrame, column: str, label: str, *, higher: bool,
+                           figure: str = "Fig. 5", checks: pd.DataFrame | None = None) -> str:
+    """Fig. 5 (left)'s claim decided on one more measure of the same records (``column``: precision or recall,
+    higher closer), paired by seed and step-checked like W2 and KID; not a claim of the paper."""
+    claim = (f"{CLAIM}, read with {label}: the entropic loss's generator has the "
+             f"{'highest' if higher else 'lowest'} (not a claim of the paper)")
+    if column not in df or not df[column].notna().any():
+        return f"Claim ({SOURCE.format(figure=figure)}): {claim}. Ours: not checked (the sweep has no {column})."
+    rows = df[df[column].notna()]
+    twice = _twice(checks, column)
+    return lowest_claim(levels_of(rows, column, _sigma), figure=figure, claim=claim, levels_name="noise levels",
+                        what=f"{column}, 0-1", twice=twice, steps=steps_of(checks),
+                        rule="greater" if higher else "less")
 
 
 def slopes_of(df: pd.DataFrame) -> dict[str, Estimate]:
@@ -224,7 +263,7 @@ def sweep_step_note(df: pd.DataFrame, checks: pd.DataFrame, column: str = "w2",
         return f"Step count ({quantity}): not checked (no run at twice the steps matches a figure row)."
     paired_ = "paired by seed" if "seed" in checks else "Welch"
     return (f"Step count (ours; the paper states none), {quantity}: the runs at {steps_of(checks)} against the "
-            f"same settings at the chosen steps, mean -> mean, change with its {paired_} 95 % interval: "
+            f"same settings at the chosen steps, mean -> mean, change with its 95 % interval ({paired_}): "
             f"{'; '.join(moves)}. The claims above are checked on their own quantity at {steps_of(checks)} -- "
             f"{STEP_RULE}; a part at a σ without runs there reads undecided. No margin: a level may move while a "
             "ranking survives.")

@@ -25,7 +25,7 @@ def write(tmp_path: Path, data: dict) -> Path:
 def test_shipped_params_are_valid():
     params = load_params(REPO / "params.yaml")
     assert params.scale in ("smoke", "quick", "paper")
-    assert set(params.scales) == {"smoke", "quick", "paper", "paper_cpu"}
+    assert set(params.scales) == {"smoke", "quick", "paper", "paper_cpu", "paper_gpu"}
     # the CLI spells the scale names out (no pydantic at parse time): the same names as the config's
     from typing import get_args
 

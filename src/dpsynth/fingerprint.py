@@ -26,7 +26,7 @@ from dpsynth.config.scales import PROTOCOL_SIZES
 _SAMPLE = ("n_synthetic", "n_synthetic_sets")
 _EVALUATE = ("n_synthetic_sets", "classifier_max_epochs", "classifier_train_subset", "classifier_test_subset",
              "fid_samples", "fid_reference_samples")
-_W2 = ("w2_noise_steps", "w2_noise_train_subset")
+_W2 = ("w2_noise_steps", "w2_noise_train_subset", "w2_noise_seeds", "w2_noise_pack")
 #: Read only by the evaluate jobs of a table with that ``protocol:`` (``_protocols``), by no other job.
 _PROTOCOLS = tuple(PROTOCOL_SIZES.values())
 _NOT_TRAINING = {*_SAMPLE, *_EVALUATE, *_W2, *_PROTOCOLS}

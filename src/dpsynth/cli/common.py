@@ -27,7 +27,7 @@ __all__ = ["DEFAULT_PARAMS", "DEVICE_HELP", "add_json_arg", "add_ledger_moved_ar
 
 #: config.base.ScaleName's values, spelt out here so parsing a command imports no pydantic
 #: (tests/test_config.py holds the two equal)
-SCALE_CHOICES = ("smoke", "quick", "paper", "paper_cpu")
+SCALE_CHOICES = ("smoke", "quick", "paper", "paper_cpu", "paper_gpu")
 
 
 def add_params_arg(p: argparse.ArgumentParser) -> None:

@@ -94,7 +94,14 @@ class ScalePreset(Strict):
     warmup_steps: int | None = Field(default=None, gt=0, description="GS-WGAN critic warm start.")
     n_critics: int | None = Field(default=None, gt=0, description="GS-WGAN shard/critic count.")
     w2_noise_steps: int | None = Field(default=None, gt=0, description="generator steps per (loss, noise) "
-                                       "of the W2-vs-noise sweep; None keeps the sweep's own")
+                                       "of the W2-vs-noise sweep, replacing the sweep's own (None keeps it)")
+    w2_noise_seeds: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, description="the W2-vs-noise sweep's training runs at this scale, replacing its own seeds "
+        "(paper_gpu: 10 runs per cell)")
+    w2_noise_pack: int | None = Field(default=None, gt=0, le=1024, description="train the W2-vs-noise sweep's "
+                                      "runs in packs of this many on one device (the packed trainer, "
+                                      "methods/entropic_wgan/packed.py; the GPU when there is one); None: one "
+                                      "run at a time")
     w2_noise_train_subset: int | None = Field(default=None, gt=0, description="clean training records the "
                                               "W2-vs-noise sweep privatizes; None: all")
     gs_wgan_eval: GsWganEvalSizes = Field(default_factory=GsWganEvalSizes, description="sizes of GS-WGAN's "

@@ -235,10 +235,10 @@ def test_the_sweeps_log_names_each_run_and_prints_none_of_its_w2(tmp_path: Path,
                        private_out=str(tmp_path / "private")) == 0
     log = "".join(capfd.readouterr())
     rows = pd.read_csv(tmp_path / "results" / "w2_noise" / "manifold2d_half_circle.csv")
-    gen = rows[rows["role"] != "reference"]  # the reference row (real training points) has a W2 only
+    gen = rows[rows["role"] == "figure"]  # the reference row (real training points) and the baselines: a W2 only
     values = [float(v) for col in ("w2", "w2_privatized_data", "entropic_w2_privatized") for v in gen[col]]
-    values += [float(v) for v in rows.loc[rows["role"] == "reference", "w2"]]
-    assert len(values) == 6 + 1 and printed_values(values, log) == []
+    values += [float(v) for v in rows.loc[rows["role"].isin(["reference", "baseline"]), "w2"]]
+    assert len(values) == 6 + 1 + 3 and printed_values(values, log) == []
     assert log.count("noise 0.2") == 2 and OUTSIDE_GUARANTEE in log
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from dpsynth.errors import ConfigError, DataError
 
 __all__ = ["w2_distance", "entropic_w2", "w2_to_clean", "noise_sweep", "sweep_runs", "level_stats", "train_and_score",
+           "score_sampler", "privatized_records",
            "NoiseRun", "SWEEP_LOSSES", "STEP_CHECK_TOLERANCE"]
 
 SWEEP_LOSSES = ("entropic", "exact", "sinkhorn_divergence")
@@ -137,9 +138,10 @@ def sweep_runs(noise_levels: Sequence[float], losses: Sequence[str], steps: int,
     return runs
 
 
-def _privatized(train: np.ndarray, s: float, seed: int, level: int) -> np.ndarray:
+def privatized_records(train: np.ndarray, s: float, seed: int, level: int) -> np.ndarray:
     """The training records privatized with N(0, s^2) per coordinate (no projection, as in §4.5):
-    seeded by (seed, level), so every run of one level -- in any process -- sees the same noise."""
+    seeded by (seed, level), so every run of one level -- in any process -- sees the same noise, and so do the
+    trivial baselines of that cell (``evaluate.baselines``)."""
     return train + np.random.default_rng([seed, level]).normal(0.0, float(s), train.shape)
 
 
@@ -161,8 +163,22 @@ def level_stats(clean_train: np.ndarray, clean_ref: np.ndarray, s: float, level:
 
     train, ref = to_records(clean_train), to_records(clean_ref)
     noisy_ref, clean_ref_h = _held_out(ref, s, seed, level, n_eval)
-    return {"w2_privatized_data": w2_distance(_privatized(train, s, seed, level), ref, n=n_eval, seed=seed),
+    return {"w2_privatized_data": w2_distance(privatized_records(train, s, seed, level), ref, n=n_eval, seed=seed),
             "entropic_w2_privatized_clean": entropic_w2(clean_ref_h, noisy_ref, 2.0 * float(s) ** 2, n=None)}
+
+
+def score_sampler(sample: Callable[[int, int], np.ndarray], ref: np.ndarray, *, seed: int, n_eval: int,
+                  draws: int = W2_DRAWS) -> tuple[np.ndarray, dict[str, Any]]:
+    """The sweep's W2 of one model (a trained generator, or a trivial baseline: ``evaluate.baselines``) to the
+    clean records ``ref``: ``sample(n, s)`` draws n records seeded by s; the first draw (seed ``seed + 1``) is
+    the row's ``w2`` (and the records returned, which the second measure reads), ``draws`` - 1 further draws of
+    both sides give ``w2_draw_std``. One path, so every row of a table is scored alike."""
+    fake = sample(n_eval, seed + 1)
+    w2 = w2_distance(fake, ref, n=n_eval, seed=seed)
+    values = [w2] + [w2_distance(sample(n_eval, seed + 1 + 7919 * k), ref, n=n_eval, seed=seed + 7919 * k)
+                     for k in range(1, draws)]
+    return fake, {"w2": w2, "w2_draw_std": float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"),
+                  "w2_draws": len(values)}
 
 
 def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarray, settings: dict[str, Any],
@@ -186,19 +202,16 @@ def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarra
                              generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
     spec = LossSpec(loss=run.loss, p=2, temperature=lam, n_iter=st["sinkhorn_iters"], scaling=st["sinkhorn_scaling"])
     t0 = time.perf_counter()
-    noisy = _privatized(train, run.noise_std, run.seed, run.level)
+    noisy = privatized_records(train, run.noise_std, run.seed, run.level)
     gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=run.seed, on_step=on_step)
     del noisy
     n_eval = st["n_eval"]
-    fake = sample_records(gen, n_eval, run.seed + 1)
     noisy_ref, _ = _held_out(ref, run.noise_std, run.seed, run.level, n_eval)
-    w2 = w2_distance(fake, ref, n=n_eval, seed=run.seed)
-    draws = [w2] + [w2_distance(sample_records(gen, n_eval, run.seed + 1 + 7919 * k), ref, n=n_eval,
-                                seed=run.seed + 7919 * k) for k in range(1, st.get("draws", W2_DRAWS))]
+    fake, w2s = score_sampler(lambda n, s: sample_records(gen, n, s), ref, seed=run.seed, n_eval=n_eval,
+                              draws=st.get("draws", W2_DRAWS))
     measures = extra(fake, run.seed) if extra is not None else {}
-    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role, "w2": w2, **measures,
-            "w2_draw_std": float(np.std(draws, ddof=1)) if len(draws) > 1 else float("nan"),
-            "w2_draws": len(draws),
+    return {"loss": run.loss, "noise_std": run.noise_std, "role": run.role, "w2": w2s["w2"], **measures,
+            "w2_draw_std": w2s["w2_draw_std"], "w2_draws": w2s["w2_draws"],
             "entropic_w2_privatized": entropic_w2(fake[:len(noisy_ref)], noisy_ref, lam, n=None),
             "temperature": lam, "steps": run.steps, "batch_size": st["batch_size"], "seed": run.seed,
             "n_eval": n_eval, "samples": fake[:SAMPLES_KEPT].round(3).tolist(),

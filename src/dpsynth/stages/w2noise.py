@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 FIELDS = ("loss", "noise_std", "role", "seed", "w2", "w2_draw_std", "w2_draws", "kid", "kid_subset_std", "precision",
           "recall", "w2_privatized_data", "entropic_w2_privatized",
-          "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds")
+          "entropic_w2_privatized_clean", "temperature", "steps", "batch_size", "n_train", "n_eval", "scale", "seconds",
+          "privacy")
 
 
 def sample_key(row: dict) -> str:
@@ -41,6 +42,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     import pandas as pd
 
     from dpsynth.data import load_processed
+    from dpsynth.evaluate.baselines import sweep_baseline_rows
     from dpsynth.evaluate.closeness import FEATURES, ROW_FIELDS, CloseToClean, FeatureSpace
     from dpsynth.evaluate.w2 import STEP_CHECK_TOLERANCE, W2_DRAWS, noise_sweep, sweep_runs
     from dpsynth.evaluate.w2_references import reference_rows
@@ -116,6 +118,10 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
         rows.append({**row, "n_train": len(idx), "scale": params.scale})
     rows += [{**r, "n_train": len(idx), "scale": params.scale}
              for r in reference_rows(data.x_train[idx], data.x_test, seed=seeds[0], n_eval=cfg.n_eval, extra=extra)]
+    # the trivial private baselines (issue 69 item 3), fitted to each (seed, level)'s privatized records
+    rows += [{**r, "n_train": len(idx), "scale": params.scale}
+             for r in sweep_baseline_rows(data.x_train[idx], data.x_test, cfg.noise_levels, seeds, n_eval=cfg.n_eval,
+                                          extra=extra)]
     bar.close()
     with atomic_open(csv_path) as fh:
         pd.DataFrame(rows, columns=list(FIELDS)).to_csv(fh, index=False, lineterminator="\n")

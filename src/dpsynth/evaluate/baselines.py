@@ -1,0 +1,74 @@
+"""The trivial private baselines (``methods.local_baselines``) scored exactly as the generators beside them.
+
+Issue 69 item 3: a table of generators trained on locally privatized records (Reshetova, Chen, Ozgur, "Training
+generative models from privatized data via entropic optimal transport", ISIT 2024, arXiv:2306.09547) gets rows
+for a k-means codebook (k = 10, 100) and a Gaussian fitted with the noise removed, fitted to the SAME privatized
+records the generators of that cell trained on and scored by the SAME path: ``w2.score_sampler`` (the W2 to
+``n_eval`` clean held-out records over ``draws`` sample draws, the seeds a generator of that seed uses) and the
+same second measure on the first draw (``closeness.CloseToClean``: KID, precision, recall). A row is a training
+run's analogue: the baseline fitted on one seed's privatized records, so the rows of a (baseline, noise level)
+are independent draws in the way the generators' runs are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpsynth.evaluate.w2 import W2_DRAWS, privatized_records, score_sampler
+from dpsynth.methods.local_baselines import Baseline, fit_local_baselines
+
+__all__ = ["BASELINE", "SWEEP_PRIVACY", "baseline_rows", "sweep_baseline_rows", "sampler"]
+
+#: The role of a baseline's row in a sweep's CSV (beside ``figure``, ``step_check``, ``reference``).
+BASELINE = "baseline"
+#: The privacy cell of the W2 sweep's baselines: its privatization adds seeded Gaussian noise with no projection
+#: (section 4.5), so the baselines, like the generators beside them, carry no guarantee.
+SWEEP_PRIVACY = ("none: post-processing of the sweep's privatized records (N(0, σ²) per coordinate, no "
+                 "projection, seeded noise), outside the guarantee like the generators beside them")
+
+
+def sampler(model: Baseline) -> Callable[[int, int], np.ndarray]:
+    """``(n, seed) -> n records``: the baseline's samples, seeded (its randomness protects no one)."""
+    return lambda n, seed: model.sample(n, np.random.default_rng([seed, 0xBA5E]))
+
+
+def baseline_rows(privatized: np.ndarray, noise_var: float, clean_ref: np.ndarray, *, seed: int, n_eval: int,
+                  noise_std: float, privacy: str, draws: int = W2_DRAWS,
+                  domain: tuple[float, float] | None = None,
+                  extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One row per baseline fitted to ``privatized`` (record space) with noise variance ``noise_var`` per
+    coordinate: ``loss`` (its name), ``noise_std``, ``role`` = ``baseline``, ``seed``, ``w2``, ``w2_draw_std``,
+    ``w2_draws``, the second measure's columns when ``extra`` is given, ``n_eval``, ``privacy``. ``clean_ref``:
+    the clean held-out records the generators are scored against (record space)."""
+    rows = []
+    for name, model in fit_local_baselines(privatized, noise_var, seed=seed, domain=domain).items():
+        fake, w2s = score_sampler(sampler(model), clean_ref, seed=seed, n_eval=n_eval, draws=draws)
+        rows.append({"loss": name, "noise_std": float(noise_std), "role": BASELINE, "seed": int(seed), **w2s,
+                     **(extra(fake, seed) if extra is not None else {}), "n_eval": n_eval, "privacy": privacy})
+    return rows
+
+
+def sweep_baseline_rows(clean_train: np.ndarray, clean_ref: np.ndarray, noise_levels: Sequence[float],
+                        seeds: Sequence[int], *, n_eval: int, draws: int = W2_DRAWS,
+                        extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None,
+                        on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """The W2 sweep's baselines (Fig. 5): per seed and noise level, the baselines fitted to the very records that
+    seed's generators at that level trained on (``w2.privatized_records``; the sweep privatizes in-process, so
+    the clean records pass through here only to be noised, as they do for its generators)."""
+    from dpsynth.methods.entropic_wgan import to_records
+
+    train, ref = to_records(clean_train), to_records(clean_ref)
+    domain = (-1.0, 1.0) if np.asarray(clean_train).ndim == 4 else None
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        for level, s in enumerate(noise_levels):
+            noisy = privatized_records(train, float(s), int(seed), level)
+            for row in baseline_rows(noisy, float(s) ** 2, ref, seed=int(seed), n_eval=n_eval, noise_std=float(s),
+                                     privacy=SWEEP_PRIVACY, draws=draws, domain=domain, extra=extra):
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    return rows

@@ -51,6 +51,7 @@ class CommittedRuns(RunStore):
     def __init__(self, results: Path, rows: pd.DataFrame) -> None:
         super().__init__(results)
         self.rows = {str(r["run"]): r for _, r in rows.iterrows()}
+        self.preset: dict = {}  # the scale's settings the runs' metrics.json carried (their scale notes read them)
 
     def experiment(self, name: str) -> Run | None:
         r = self.rows.get(name)
@@ -59,7 +60,7 @@ class CommittedRuns(RunStore):
         close = {k: mean_std([float(r[k])]) for k in ("kid", "precision", "recall")}
         return Run(name, self.results / name / "metrics.json",
                    {"w2": {**mean_std([float(r["w2"])]), "closeness": {**close, "n_points": 1000}},
-                    "scale": "paper_cpu", "train": {"steps": int(r["steps"])}})
+                    "scale": "paper_cpu", "train": {"steps": int(r["steps"])}, "preset": self.preset})
 
 
 def main() -> int:
@@ -84,7 +85,9 @@ def main() -> int:
         table = params.tables["reshetova_fig11_mnist"]
         from dpsynth.report.tables.train_size import _train_size_table
 
-        fig11 = _train_size_table("reshetova_fig11_mnist", table, params, CommittedRuns(results, runs))
+        store = CommittedRuns(results, runs)
+        store.preset = params.scales["paper_cpu"].model_dump(mode="json")
+        fig11 = _train_size_table("reshetova_fig11_mnist", table, params, store)
         fig11.notes.insert(0, PROVENANCE.format(date=date, what="reshetova_fig11_mnist_runs.csv, 3 seeds per n"))
         write_table(fig11, rendered, "paper_cpu")
         train_size_figure(fig11, params, rendered)

@@ -288,3 +288,33 @@ def test_a_train_size_figure_with_a_wrong_sweep_is_refused_by_key(edit: Any, mes
 
 # (that `snakemake reshetova` plans exactly the 2-D sweep's cells, and no MNIST one: test_reshetova_figures's
 # test_the_reshetova_target_plans_every_panels_runs)
+
+
+def test_fig11_pairs_only_runs_of_one_n_and_prints_both_floors() -> None:
+    """Issue 69 items 1 and 5: a Fig. 11 run's seed fixes its initial weights, subset and batch order at its n
+    (the privatization noise is secret), so a cell and the same cell at twice the steps compare paired, while
+    cells of two n compare as independent (Welch). The notes print the free-exponent fit's floor beside the
+    1/sqrt(n) intercept, and the runs at the largest n against what real images score on the same estimator."""
+    import pandas as pd
+
+    from dpsynth.report.claims import Estimate, compare
+    from dpsynth.report.tables.train_size import fit_rate, floors_note, shares_at
+
+    at = Estimate.of_seeded_runs([(0, 12.24), (1, 12.34), (2, 12.41)], shares_at(60000))
+    twice = Estimate.of_seeded_runs([(0, 11.91), (1, 11.94), (2, 11.99)], shares_at(60000))
+    small = Estimate.of_seeded_runs([(0, 13.31), (1, 13.29), (2, 13.40)], shares_at(1000))
+    assert "paired by seed" in compare(twice, at, "less").rule
+    assert "Welch" in compare(at, small, "less").rule and "fix different things" in compare(at, small, "less").rule
+
+    ns = [1000, 2000, 5000, 10000, 20000, 60000]
+    rows = pd.DataFrame({"n": [float(n) for n in ns for _ in range(3)],
+                         "test": [12.3 + 1000.0 / n + d for n in ns for d in (-0.01, 0.0, 0.01)]})
+    fit = fit_rate(rows["n"], rows["test"])
+    assert fit["floor_free"].value == pytest.approx(12.3, abs=0.01)  # the floor of W2 = a + c n^-1, exponent free
+    real = Estimate.of_draw_std(12.31, 0.02, 8)
+    note = floors_note(fit, rows, real, "the sweep's reference row",
+                       {"n": 60000.0, "value": 12.0, "se": 0.01, "runs": 3, "steps": 10000})
+    assert f"the 1/sqrt(n) fit's intercept is {fit['floor'].value:.3f}" in note
+    assert "puts the floor at 12.30" in note and "Real clean training images score 12.310" in note
+    assert "the runs at n = 60,000 minus real images = +0.007" in note and "at 10,000 steps -0.310" in note
+    assert "not measured" in floors_note(fit, rows, None, "", None)

@@ -79,8 +79,8 @@ def train_size_figure(built: BuiltTable, params: Params, out_dir: Path) -> Path 
     caption = (f"{params.scale} scale; {built.curves['dataset']}. Each small point: one training run on the first n "
                "privatized records; W2 on 1,000 points per side has a two-sample floor a perfect generator also meets, "
                "so the rate is fitted on the excess over a fitted floor (dashed; its intercept dotted), beside the "
-               "free-exponent fit's floor (dash-dot) and what real images score (grey, where measured). The paper prints no numbers (a plot "
-               "only). "
+               "free-exponent fit's floor (dash-dot) and what real images score (grey, where measured). The paper "
+               "prints no numbers (a plot only). "
                "The paper's train curve (W2 to each cell's own clean training records) is computed on the private "
                f"records without noise, outside the guarantee: not drawn; it lies in {built.curves['private_train']}.")
     fig.suptitle(textwrap.fill(f"{built.title} -- {built.paper}", 90) + "\n" + textwrap.fill(caption, 110),

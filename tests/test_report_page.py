@@ -22,7 +22,6 @@ from dpsynth.config import load_params
 from dpsynth.report.figures import Figure
 from dpsynth.report.html import note_html, table_document, write_page
 from dpsynth.report.ledger import LEDGER
-from dpsynth.report.not_run import how_to_run, members, named_target
 from dpsynth.report.page import PAGE_FILE, build_page, table_category, table_labels
 from dpsynth.report.plotting import NotDrawn
 from dpsynth.report.tables import BuiltTable
@@ -115,9 +114,13 @@ def test_one_not_run_list_says_what_runs_each_table_and_each_figure_not_drawn(pa
     assert not_run[-1] == "figure training_dps_mnist.png: training: dps_mnist"
     assert all(n.how for n in page.not_run)
     hows = {re.search(r"\((\w+)\)$", n.what).group(1): n.how for n in page.not_run[:-1]}  # type: ignore[union-attr]
-    assert hows["reshetova_fig6_7_ellipse"].startswith("`snakemake reshetova` runs all 4")
-    assert "scale paper or paper_cpu only" in hows["local_privacy_w2_mnist"]
-    assert hows["celeba_iclr"].startswith("no target runs its 6 runs") and "pipeline.experiments" in hows["celeba_iclr"]
+    # each table's build target (the commands themselves are dry-run in tests/test_not_run_commands.py)
+    assert hows["reshetova_fig6_7_ellipse"].startswith("`snakemake reshetova_fig6_7 --cores all --config scale=quick` "
+                                                       "runs exactly its 8 runs")
+    assert ": at quick, w2_noise.mnist.scales: paper, " in hows["local_privacy_w2_mnist"]
+    assert hows["celeba_iclr"].startswith("`snakemake iclr_table2_3 --cores all --config scale=quick` runs exactly "
+                                          "its 6 runs") and "CelebA's files placed by hand" in hows["celeba_iclr"]
+    assert "pipeline.experiments" not in " ".join(hows.values())
     # a drawn figure follows its table in the menu, a CSV is no figure
     assert page.figures == [
         ("table1_fmnist_samples", page.category_of("table1_fmnist"),
@@ -149,22 +152,6 @@ def test_the_first_page_lists_what_ran_the_claims_and_the_not_run_list_and_snake
     assert json.loads((tmp_path / PAGE_FILE).read_text())["figures"] == {}
     with pytest.raises(ValueError, match=rf"{PAGE_FILE}: no table 'nope'.*re-run `dpsynth report`"):
         table_category(SimpleNamespace(name="nope"), output)
-
-
-def test_the_named_targets_the_not_run_list_sends_a_reader_to_plan_those_runs(params) -> None:
-    """The command the not-run list prints for a table of a named target, dry-run: it plans every run of
-    every such table (workflow/rules/reshetova.smk picks its runs by the same table kinds as
-    dpsynth.report.not_run)."""
-    sent: dict[str, set[str]] = {}
-    for name, table in params.tables.items():
-        if named_target(params, table) is not None:
-            command = re.search(r"`(snakemake [^`]+)`", how_to_run(params, name)).group(1)  # type: ignore[union-attr]
-            sent.setdefault(command, set()).update(members(params, table))
-    assert sorted(sent) == ["snakemake reshetova", "snakemake reshetova_mnist --config scale=paper_cpu"]
-    for command, runs in sent.items():
-        out = run([venv_bin("snakemake"), "-n", "--forceall", *command.split()[1:]], REPO)
-        planned = {m.group(1) for m in re.finditer(r"rule train:\n(?:\s+\S.*\n)*?\s+wildcards: experiment=(\S+)", out)}
-        assert runs <= planned, (command, sorted(runs - planned))
 
 
 def test_an_unconditional_generators_grid_has_no_class_rows(tmp_path: Path) -> None:

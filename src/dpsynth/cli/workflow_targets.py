@@ -24,6 +24,7 @@ def _target_or_refuse(params, name: str):  # type: ignore[no-untyped-def]  # (Pa
 
 def targets(args: argparse.Namespace) -> int:
     from dpsynth.config import table_targets
+    from dpsynth.config.targets import build_command
 
     params = params_from_args(args)
     assert params is not None
@@ -41,7 +42,8 @@ def targets(args: argparse.Namespace) -> int:
             print(f"  {key}: {', '.join(record[key]) or '-'}")
         for sweep, other in t.left_out:
             print(f"  left out: sweep {sweep} (every cell of it is a cell of {other})")
-        print(f"  build: snakemake {t.name} --config scale=paper   (results/targets/{t.name}/)")
+        print(f"  build: {build_command(t.name, 'paper')}   (results/targets/{t.name}/; on a SLURM cluster add "
+              "--profile slurm)")
         return 0
     rows = [{"target": n, "papers": list(t.papers), "tables": list(t.tables), "runs": len(t.runs(params)),
              "real": list(t.real), "w2_noise": list(t.w2_noise)} for n, t in targets.items()]
@@ -55,7 +57,7 @@ def targets(args: argparse.Namespace) -> int:
         extra += [f"W2 sweep on {', '.join(r['w2_noise'])}"] if r["w2_noise"] else []
         print(f"{r['target']:<{width}}  {r['runs']:>4}  {'; '.join(r['papers'])} ({', '.join(r['tables'])})"
               + (f"; {', '.join(extra)}" if extra else ""))
-    print("build one: snakemake <target> --config scale=<scale>   (`dpsynth workflow targets <target>`: its runs)")
+    print(f"build one: {build_command('<target>', '<scale>')}   (`dpsynth workflow targets <target>`: its runs)")
     return 0
 
 

@@ -91,6 +91,12 @@ class TableTarget:
         return [s for s in dict.fromkeys(sweeps) if s is not None and params.sweeps[s].train_together]
 
 
+def build_command(target: str, scale: str) -> str:
+    """The command that builds ``target`` at ``scale`` on this machine (workflow/rules/targets.smk), as the
+    not-run list and `dpsynth workflow targets` print it."""
+    return f"snakemake {target} --cores all --config scale={scale}"
+
+
 def target_name(table_name: str, table: Table) -> str | None:
     """The target a table belongs to (None: a privacy table, which lists every run there is)."""
     if table.kind == "privacy":

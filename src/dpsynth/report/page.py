@@ -173,14 +173,13 @@ def _paper_titles() -> dict[str, str]:
 
 def _figure_how(params: Params, f: Figure) -> str:
     from dpsynth.report.figures import TRAINING
+    from dpsynth.report.not_run import how_to_run, pipeline_command
 
     if f.shows == TRAINING:
-        return "`snakemake` trains it at this scale (a pipeline target); it has not finished"
+        return f"`{pipeline_command(params.scale)}` trains it at this scale (a pipeline target); it has not finished"
     if f.table is not None and f.table in params.tables:
-        from dpsynth.report.not_run import how_to_run
-
         return how_to_run(params, f.table)
-    return "the pipeline's runs of this method and dataset at several target epsilons (`snakemake`)"
+    return f"the pipeline's runs of this method and dataset at several target epsilons (`{pipeline_command(params.scale)}`)"
 
 
 def manifest(page: Page) -> dict[str, Any]:

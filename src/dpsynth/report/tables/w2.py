@@ -247,6 +247,16 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
                          "(dpsynth.evaluate.w2_references). The first is what a perfect generator gets (the "
                          "two-sample floor); blur and shrinkage score LOWER than real images, so a lower W2 here "
                          "does not by itself mean closer to the clean data.")
+        # the trivial private baselines (issue 69 item 3): their rows, and the claim per measure
+        from dpsynth.report.tables.baselines import NOTE as BASELINE_NOTE
+        from dpsynth.report.tables.baselines import baseline_claims, baseline_records, baseline_rows_of
+
+        bases = baseline_rows_of(every)
+        if len(bases):
+            records += baseline_records(bases, run=path.name, scale=params.scale, paper_cell=NOT_REPORTED,
+                                        cell=sweep_cell, closeness=sweep_closeness_cells)
+            notes.append(BASELINE_NOTE)
+            notes += baseline_claims(df, bases, source="ours, issue 69", checks=checks if len(checks) else None)
         if "kid" in every and every["kid"].notna().any():
             notes.append(SECOND_MEASURE_NOTE)
             notes.append(MEASURES_NOTE)

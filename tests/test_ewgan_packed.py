@@ -1,11 +1,11 @@
 """The packed entropic-WGAN trainer (methods/entropic_wgan/packed.py) against the per-run one (fit.EWGANTrainer).
 
-Tolerances: at K = 1 the pack runs the per-run trainer's very operations (``baddbmm`` of one matrix, the
-same Sinkhorn solve), so weights after several steps are held to 1e-6 absolute (measured: bit-identical
-on the CPU; the margin is for a BLAS that picks another kernel for a batched product). At K = 2 the CPU
-solve's cached kernel is refreshed when ANY member's potentials drift (one host check for the pack), so a
-member's rounding differs from its run alone: its losses are held to 1e-4 relative (measured 1e-5), not its
-weights -- Adam's normalised step turns rounding-level differences in near-zero gradients into whole steps.
+Tolerances: the pack runs the per-run trainer's very operations -- ``baddbmm`` of one matrix per member,
+and on the CPU each member's Sinkhorn solve through the per-run code -- so at K = 1 weights after several
+steps are held to 1e-6 absolute (measured: bit-identical on the CPU; the margin is for a BLAS that picks
+another kernel for a batched product). At K = 2 the same is asked of each member's losses at 1e-6 relative;
+weights are compared at K = 1 only, since Adam's normalised step turns any rounding-level difference in a
+near-zero gradient into a whole step (a GPU's batched solve is not bit-identical to one problem's).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_one_member_reproduces_the_per_run_trainer(loss):
     torch.testing.assert_close(pack.model.generator(0)(z), gen.eval()(z), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("loss", ["entropic", "exact"])
+@pytest.mark.parametrize("loss", ["entropic", "exact", "sinkhorn_divergence"])
 def test_members_of_a_pack_are_their_own_runs(loss):
     """Two members with their own records, seeds and temperatures: each one's losses are its run alone's."""
     recs, temps, seeds = [_records(1), _records(2, 250)], [2.0, 0.5], [5, 6]
@@ -74,7 +74,7 @@ def test_members_of_a_pack_are_their_own_runs(loss):
     packed = np.array([pack.step().tolist() for _ in range(4)])
     for k in range(2):
         _, alone = _alone(recs[k], loss, temps[k], seeds[k], 4)
-        np.testing.assert_allclose(packed[:, k], alone, rtol=1e-4)
+        np.testing.assert_allclose(packed[:, k], alone, rtol=1e-6)
 
 
 def test_counter_draws_are_a_members_own_and_without_replacement():
@@ -102,7 +102,7 @@ def test_a_cut_pack_resumes_to_the_same_weights(tmp_path):
     whole = PackedEWGAN(members, SHAPE, _spec("entropic"), _hp("entropic"))
     whole.run(6)
     cut = PackedEWGAN(members, SHAPE, _spec("entropic"), _hp("entropic"))
-    cut.run(3, folder=tmp_path)
+    cut.run(3, folder=tmp_path)  # saved at its end
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m0.pt", "m1.pt"]
     again = PackedEWGAN(members, SHAPE, _spec("entropic"), _hp("entropic"))
     assert again.resume(tmp_path) == 3
@@ -118,14 +118,15 @@ def test_a_cut_pack_resumes_to_the_same_weights(tmp_path):
 
 def test_smoke_pack_trains():
     """A smoke-size packed run with the device draws: four members lower their loss together."""
-    recs = _records(5, 400)
+    rng = np.random.default_rng(5)  # records around 0.5: a generator starting near 0 has far to go
+    recs = torch.tensor(0.5 + 0.05 * rng.normal(size=(400, 784)), dtype=torch.float32)
     members = [Member(f"m{k}", k, recs, t) for k, t in enumerate([0.5, 2.0, 4.5, 8.0])]
     pack = PackedEWGAN(members, SHAPE, _spec("entropic"), EntropicWGANHparams(
         batch_size=50, lr=1e-2, optimizer="adam", generator="mlp", loss="entropic"))
     first = pack.step()
     for _ in range(15):
         last = pack.step()
-    assert torch.isfinite(last).all() and bool((last < first).all())
+    assert torch.isfinite(last).all() and bool((last < 0.8 * first).all())
     assert pack.records.shape[0] == 400  # four members, one shared array: stored once
 
 

@@ -183,12 +183,14 @@ def score_sampler(sample: Callable[[int, int], np.ndarray], ref: np.ndarray, *, 
 
 def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarray, settings: dict[str, Any],
                     on_step: Callable[[], None] | None = None,
-                    extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None) -> dict[str, Any]:
+                    extra: Callable[[np.ndarray, int], dict[str, Any]] | None = None, *,
+                    generator: Any = None, trained_seconds: float = 0.0) -> dict[str, Any]:
     """Train ``run``'s generator on its privatized records (cost ``||x-y||^2``, temperature
     ``2 s^2``) and score it: W2 to the clean held-out records and the entropic W2 to the privatized
     held-out ones; ``extra(records, seed)`` adds further measures of the same first sample draw W2 reads
     (the second measure, ``closeness.CloseToClean``). Depends only on its arguments (seeded), so it gives the
-    same row in any process."""
+    same row in any process. ``generator``: ``run``'s generator trained elsewhere (the packed trainer,
+    ``w2_packed``, in ``trained_seconds`` per run): only scored, by the same code."""
     import time
 
     from dpsynth.config import EntropicWGANHparams
@@ -202,9 +204,12 @@ def train_and_score(run: NoiseRun, clean_train: np.ndarray, clean_ref: np.ndarra
                              generator=st["generator"], loss=run.loss)  # type: ignore[arg-type]
     spec = LossSpec(loss=run.loss, p=2, temperature=lam, n_iter=st["sinkhorn_iters"], scaling=st["sinkhorn_scaling"])
     t0 = time.perf_counter()
-    noisy = privatized_records(train, run.noise_std, run.seed, run.level)
-    gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=run.seed, on_step=on_step)
-    del noisy
+    if generator is None:
+        noisy = privatized_records(train, run.noise_std, run.seed, run.level)
+        gen = fit(noisy, shape, spec, hp, steps=run.steps, seed=run.seed, on_step=on_step)
+        del noisy
+    else:
+        gen, t0 = generator, t0 - trained_seconds
     n_eval = st["n_eval"]
     noisy_ref, _ = _held_out(ref, run.noise_std, run.seed, run.level, n_eval)
     fake, w2s = score_sampler(lambda n, s: sample_records(gen, n, s), ref, seed=run.seed, n_eval=n_eval,
@@ -237,6 +242,8 @@ def noise_sweep(
     check_level: float | None = None,
     workers: int = 1,
     threads: int = 1,
+    pack: int = 0,
+    device: str = "cpu",
     cache_dir: str | Path | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_step: Callable[[], None] | None = None,
@@ -259,7 +266,9 @@ def noise_sweep(
     ``workers`` > 1 trains the runs in that many processes side by side (each with ``threads`` torch
     threads): the rows are the same as with one (every run is seeded by itself). ``cache_dir`` keeps
     each finished run's row (keyed by everything it depends on), so an interrupted sweep resumes with
-    the runs it had not finished. ``on_row`` sees each row as soon as it exists, ``on_step`` every
+    the runs it had not finished. ``pack`` > 0 trains the runs in packs of that many on ``device`` instead
+    (``w2_packed``: the packed trainer, its own draws, member checkpoints beside the row cache; ``workers``
+    then score the trained generators). ``on_row`` sees each row as soon as it exists, ``on_step`` every
     generator step of a run trained in this process (progress). ``extra`` (named ``extra_name``, which keys
     the row cache) adds its measures of each generator's first sample draw to the row (``train_and_score``).
     """
@@ -271,7 +280,8 @@ def noise_sweep(
     runs = sweep_runs(noise_levels, losses, steps, check_level, seeds)
     settings = {"generator": generator, "batch_size": batch_size, "lr": lr, "optimizer": optimizer,
                 "sinkhorn_iters": sinkhorn_iters, "sinkhorn_scaling": sinkhorn_scaling, "n_eval": n_eval,
-                "draws": draws, "extra": extra_name if extra is not None else None}
+                "draws": draws, "extra": extra_name if extra is not None else None,
+                **({"trainer": "packed"} if pack else {})}  # the packed trainer's draws: other rows
     cache = _RowCache(cache_dir, settings, clean_train, clean_ref) if cache_dir is not None else None
     stats: dict[tuple[int, int], dict[str, float]] = {}
 
@@ -290,7 +300,13 @@ def noise_sweep(
         if row is not None:
             done[i] = finish(run, row)
     todo = [i for i in range(len(runs)) if i not in done]
-    if workers <= 1 or len(todo) <= 1:
+    if pack and todo:
+        from dpsynth.evaluate.w2_packed import sweep_packed
+
+        for i, row in sweep_packed(runs, todo, clean_train, clean_ref, settings, pack=pack, device=device,
+                                   cache=cache, workers=workers, threads=threads, extra=extra, on_step=on_step):
+            done[i] = finish(runs[i], row)
+    elif workers <= 1 or len(todo) <= 1:
         for i in todo:
             row = train_and_score(runs[i], clean_train, clean_ref, settings, on_step, extra)
             if cache is not None:

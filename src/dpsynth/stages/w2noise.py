@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from dpsynth.errors import ConfigError, DpsynthError, did_you_mean
 from dpsynth.locations import check_writable_dir
-from dpsynth.stages.common import prepare_cpu
+from dpsynth.stages.common import prepare_cpu, resolve_device
 
 if TYPE_CHECKING:
     from dpsynth.config import Params
@@ -56,7 +56,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
                           f"{did_you_mean(dataset, params.w2_noise)} "
                           f"(configured: {sorted(params.w2_noise) or 'none'})")
     cfg, preset = params.w2_noise[dataset], params.preset
-    steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
+    steps = preset.w2_noise_steps or cfg.steps  # the scale's count replaces the sweep's own
     csv_path = Path(out) if out else w2_noise_csv(results, dataset)
     # where it writes, checked before a generator trains: a sweep takes an hour and wrote nothing when its
     # output turned out to be a folder (issue 63 item 9)
@@ -81,7 +81,11 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     rows: list[dict] = []
     data = load_processed(Path(params.data.root) / "processed" / f"{dataset}.npz")
     t0 = time.perf_counter()
-    seeds = cfg.seeds if cfg.seeds is not None else params.seeds
+    seeds = preset.w2_noise_seeds or (cfg.seeds if cfg.seeds is not None else params.seeds)
+    # the packed trainer (scale's w2_noise_pack): the runs train in packs on the GPU when there is one, the
+    # workers score them; else one run per worker process
+    pack = preset.w2_noise_pack or 0
+    device = str(resolve_device("auto")) if pack else "cpu"
     runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level, seeds)
     # one line every few seconds over all generators, between the per-row lines (with workers, a run's steps
     # count when its row arrives)
@@ -108,7 +112,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
     for row in noise_sweep(data.x_train[idx], data.x_test, cfg.noise_levels, losses=cfg.losses, steps=steps,
                            batch_size=cfg.batch_size, lr=cfg.lr, sinkhorn_iters=cfg.sinkhorn_iters,
                            seeds=seeds, n_eval=cfg.n_eval, check_level=cfg.check_noise_level,
-                           workers=cfg.workers, threads=params.threads,
+                           workers=cfg.workers, threads=params.threads, pack=pack, device=device,
                            cache_dir=w2_noise_runs_dir(private_out, dataset),
                            on_row=show, on_step=bar.update if cfg.workers == 1 else None,
                            extra=extra, extra_name=FEATURES if extra is not None else None):
@@ -139,6 +143,7 @@ def run_w2noise(params: Params, dataset: str, *, results: str = "results", out: 
             "criterion": f"each loss at noise {cfg.check_noise_level:g} trained at twice the steps ({2 * steps}) "
                          f"moves its W2 to the clean data by at most {STEP_CHECK_TOLERANCE:.0%}"},
         "workers": cfg.workers,
+        "trainer": {"packed": pack, "device": device} if pack else "per run",
         "wall_seconds": round(time.perf_counter() - t0, 2)})
     print(f"w2noise {dataset}: {len(rows)} rows ({OUTSIDE_GUARANTEE}: never pushed, not printed) -> {csv_path} "
           f"({time.perf_counter() - t0:.1f} s)")

@@ -11,12 +11,12 @@ layer is one ``baddbmm``; the loss is :func:`loss.ewgan_losses` on the (K, B, M)
 temperature per member (the same code as the per-run trainer: one path per behaviour); one Adam over the
 stacked tensors is exactly K Adams (Adam is elementwise and the members step in lock-step).
 
-Randomness (``CounterDraws``): each member's latents and batch indices are a hash of (its seed, the step,
-the position) computed on the device -- no ``torch.randperm(60000)`` on the host per step, no per-member
-``torch.Generator`` launches, the same draws on a CPU and a GPU and whatever the pack, and nothing to
-checkpoint but the step. A batch is the ``b`` records with the largest keys (a uniform draw without
-replacement, as ``randperm(n)[:b]``). ``TorchDraws`` replays the per-run trainer's own streams instead:
-the equivalence tests use it to hold the pack to ``EWGANTrainer`` member by member.
+Randomness (``CounterDraws``): each member's latents and batch indices are a hash of (its seed, the step or
+epoch, the position) computed on the device -- no ``torch.randperm(60000)`` on the host per step, no
+per-member ``torch.Generator`` launches, the same draws on a CPU and a GPU and whatever the pack, and nothing
+to checkpoint but the step. Batches are slices of a per-epoch shuffle (without replacement, every record once
+per epoch). ``TorchDraws`` replays the per-run trainer's own streams instead: the equivalence tests use it to
+hold the pack to ``EWGANTrainer`` member by member.
 
 Privacy: the trainer sees only the members' privatized records (post-processing, Reshetova et al.
 Remark 1); the clean records never reach it.
@@ -25,7 +25,8 @@ Remark 1); the clean records never reach it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,12 @@ class PackedMLP:
 
 
 class CounterDraws:
-    """Latents and batch indices from a counter-based hash of (member seed, step, position), on the device."""
+    """Latents and batch indices from a counter-based hash of (member seed, step or epoch, position), on the device.
+
+    Batches: each member's records are shuffled once per epoch (``n // b`` steps) -- a permutation sorted by the
+    hash of (seed, epoch, index) -- and the epoch's batches are consecutive slices of it: every batch is drawn
+    without replacement and every record is seen once per epoch (the usual shuffled epoch; ``randperm(n)[:b]``
+    per step draws i.i.d. batches instead). A step costs O(b) per member, the shuffle O(n log n) per epoch."""
 
     def __init__(self, seeds: Sequence[int], sizes: Sequence[int], batch: int, latent: tuple[int, str],
                  device: torch.device | str) -> None:
@@ -132,26 +138,38 @@ class CounterDraws:
             raise ConfigError(f"the packed trainer draws uniform latents; the generator's are {self.latent_dist!r}")
         seeds_t = torch.tensor([int(s) & _MASK for s in seeds], dtype=torch.int64, device=self.device)
         self.keys = [hash32(hash32(seeds_t) ^ (0x9E3779B9 * (stream + 1) & _MASK)) for stream in range(2)]
-        self.sizes = torch.tensor([int(n) for n in sizes], dtype=torch.int64, device=self.device)
-        self.n_max = int(max(sizes))
-        self.full = all(int(n) <= batch for n in sizes)
+        self.sizes = [int(n) for n in sizes]
+        self.full = all(n <= batch for n in self.sizes)
+        self.epoch_len = [max(1, n // batch) for n in self.sizes]
+        self.epoch_len_t = torch.tensor(self.epoch_len, dtype=torch.int64, device=self.device)
+        self.perm = torch.zeros((len(self.sizes), max(self.sizes)), dtype=torch.int64, device=self.device)
+        self.perm_epoch = [-1] * len(self.sizes)
         self.pos_z = torch.arange(batch * self.latent_dim, dtype=torch.int64, device=self.device)
-        self.pos_i = torch.arange(self.n_max, dtype=torch.int64, device=self.device)
+        self.pos_b = torch.arange(batch, dtype=torch.int64, device=self.device)
 
-    def _bits(self, stream: int, step: int, pos: Tensor) -> Tensor:
-        base = hash32(self.keys[stream] ^ (int(step) * 0x632BE5AB & _MASK))  # (K,)
-        return hash32(base[:, None] ^ (pos[None, :] * 0x2C1B3C6D & _MASK))
+    def _bits(self, key: Tensor, counter: int, pos: Tensor) -> Tensor:
+        base = hash32(key ^ (int(counter) * 0x632BE5AB & _MASK))
+        return hash32(base[..., None] ^ (pos * 0x2C1B3C6D & _MASK))
+
+    def _shuffle(self, k: int, epoch: int) -> None:
+        n = self.sizes[k]
+        pos = torch.arange(n, dtype=torch.int64, device=self.device)
+        self.perm[k, :n] = torch.argsort(self._bits(self.keys[1][k], epoch, pos), stable=True)
+        self.perm_epoch[k] = epoch
 
     def __call__(self, step: int) -> tuple[Tensor | None, Tensor]:
         """``(indices (K, b) into each member's records or None for a full batch, latents (K, b, latent))``."""
-        u = (self._bits(0, step, self.pos_z) >> 8).to(torch.float32) * (1.0 / (1 << 24))
+        u = (self._bits(self.keys[0], step, self.pos_z) >> 8).to(torch.float32) * (1.0 / (1 << 24))
         z = u.reshape(-1, self.batch, self.latent_dim)
         if self.latent_dist == "uniform_symmetric":
             z = 2.0 * z - 1.0
         if self.full:
             return None, z
-        keys = self._bits(1, step, self.pos_i).masked_fill(self.pos_i[None, :] >= self.sizes[:, None], -1)
-        return keys.topk(self.batch, dim=1, sorted=False).indices, z
+        for k, length in enumerate(self.epoch_len):  # host arithmetic: no device read
+            if self.perm_epoch[k] != step // length:
+                self._shuffle(k, step // length)
+        start = torch.remainder(torch.full_like(self.epoch_len_t, step), self.epoch_len_t) * self.batch
+        return self.perm.gather(1, start[:, None] + self.pos_b[None, :]), z
 
 
 class TorchDraws:
@@ -247,16 +265,24 @@ class PackedEWGAN:
         self.steps_done += 1
         return losses.detach()
 
-    def run(self, steps: int, *, save_every: int | None = None, folder: Path | None = None) -> None:
+    def run(self, steps: int, *, save_seconds: float | None = None, folder: Path | None = None,
+            on_step: Callable[[], Any] | None = None) -> None:
         """Step until ``steps`` (from wherever the pack is), saving every member's checkpoint into ``folder``
-        every ``save_every`` steps and at the end; a non-finite loss names its member and stops."""
+        every ``save_seconds`` of wall time and at the end (a K-member save writes K files: by time, not by
+        step count, so a fast device does not spend its time writing). A non-finite loss names its member and
+        stops; the losses are read on the host only then (one sync per save, none per step)."""
+        last = time.perf_counter()
         while self.steps_done < steps:
             losses = self.step()
-            at = self.steps_done
-            if save_every and at % save_every == 0 or at == steps:
+            if on_step is not None:
+                on_step()
+            now = time.perf_counter()
+            if self.steps_done == steps or (save_seconds is not None and now - last >= save_seconds):
+                last = now
                 bad = [m.name for m, v in zip(self.members, losses.tolist()) if not math.isfinite(v)]
                 if bad:
-                    raise DataError(f"{', '.join(bad)}: loss became non-finite by step {at}; lower hparams.lr")
+                    raise DataError(f"{', '.join(bad)}: loss became non-finite by step {self.steps_done}; "
+                                    "lower hparams.lr")
                 if folder is not None:
                     self.save(folder)
 

@@ -196,6 +196,25 @@ def gpu(rule):
     return RESOURCES[rule][PARAMS.scale].get("gpu", 0) if GPUS else 0
 
 
+def _releases(experiment):
+    """A cell of a sweep trained together: its train job only releases what the sweep's job trained."""
+    sweep = SWEEP_OF.get(experiment)
+    return sweep is not None and PARAMS.sweeps[sweep].train_together
+
+
+def train_resource(key):
+    """A train job's ``runtime``, ``mem_mb`` or ``gpu``: the `train` row of workflow/resources.yaml, or for a cell
+    of a sweep trained together (its job only releases the checkpoint) the `release` row -- no GPU, minutes."""
+
+    def value(wildcards, attempt=1):
+        row = "release" if _releases(wildcards.experiment) else "train"
+        if key == "gpu":
+            return RESOURCES[row][PARAMS.scale].get("gpu", 0) if GPUS else 0
+        return RESOURCES[row][PARAMS.scale][key] * (attempt if key == "mem_mb" else 1)
+
+    return value
+
+
 def sweep_gpu(wildcards):
     """A train_sweep job's GPUs: the table's for a sweep it trains (train_together), none for one whose
     job only writes its marker (its cells train in their own jobs)."""

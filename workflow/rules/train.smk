@@ -51,9 +51,9 @@ rule train:
         fingerprint=fp("train"),
     threads: cpu_threads("train")
     resources:
-        runtime=runtime("train"),
-        mem_mb=mem_mb("train"),
-        gpu=gpu("train"),
+        runtime=train_resource("runtime"),
+        mem_mb=train_resource("mem_mb"),
+        gpu=train_resource("gpu"),
     conda:
         ENV
     shell:

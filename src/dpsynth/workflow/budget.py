@@ -22,6 +22,9 @@ from dpsynth.errors import ConfigError
 from dpsynth.workflow.costs import DEFAULT_COSTS, Cost, find_cost, load_costs
 
 RESOURCES = "workflow/resources.yaml"
+#: resources.yaml's row for a train job of a cell trained together (its sweep's train_sweep job trained it; the
+#: cell's own job only releases the finished checkpoint): no GPU, minutes (workflow/rules/common.smk reads it too)
+RELEASE = "release"
 RUN_STAGES = ("train", "sample", "evaluate")
 #: how a job's hours were obtained, from its cost entry's basis
 LABELS = {"measured": "measured", "extrapolated": "extrapolated", "assumption": "no measurement"}
@@ -65,7 +68,7 @@ class Budget:
                 "largest_mem_mb": max((j.mem_mb for j in self.jobs if j.mem_mb), default=None),
                 "job_list": [asdict(j) for j in self.jobs],
                 "costs": {k: {"basis": c.basis, "source": c.source, "note": c.note, "steps_per_s": c.steps_per_s,
-                              "hours": c.hours} for k, c in self.costs.items()}}
+                              "hours": c.hours, "packed_seconds_a_b": c.packed} for k, c in self.costs.items()}}
 
 
 def target_jobs(params: Params, target: str) -> list[tuple[str, str]]:
@@ -161,7 +164,9 @@ def _traits(params: Params, name: str, together: set[str]) -> tuple[str, dict[st
     exp, h = run.experiment, run.experiment.hparams
     traits = {**h.model_dump(), "dataset": exp.dataset, "trained_together": name in together,
               "data": "points" if DATASETS[exp.dataset].kind == "manifold2d" else "images",
-              "protocol": "gs_wgan" if "gs_wgan" in params.evaluation_protocols(experiment=name) else "project"}
+              "protocol": "gs_wgan" if "gs_wgan" in params.evaluation_protocols(experiment=name) else "project",
+              # an unconditional generator is scored without classifiers (evaluate.metrics.evaluate_synthetic)
+              "classifiers": exp.spec.conditional}
     extra = num_extra(h.batch_size, h.p) if hasattr(h, "p") else 0
     traits["generated_pixels"] = (h.batch_size + extra) * math.prod(DATASETS[exp.dataset].shape)
     return exp.method, traits
@@ -231,6 +236,8 @@ def target_budget(params: Params, target: str, *, gpus: bool = True, costs: str 
     for stage, name in target_jobs(params, target):
         rule = res.get(stage, {}) if stage != "report" else {}
         row = rule.get(scale, {}) if isinstance(rule, dict) else {}
+        if stage == "train" and name in together:  # it only releases what its sweep's job trained
+            row = res.get(RELEASE, {}).get(scale, {})
         asks = int(row.get("gpu", 0)) if gpus else 0
         if stage == "train_sweep" and not params.sweeps[name].train_together:
             asks = 0
@@ -249,7 +256,11 @@ def _job_hours(params: Params, pricer: _Pricer, stage: str, name: str, device: s
         method, traits = _traits(params, name, together)
         steps = None if name in together else planned_steps(params, name, root)
         return pricer.price(stage, method, device, traits, steps, name)
-    if stage == "train_sweep":  # every cell trained in this one job: the sum of their runs (none trained faster)
+    if stage == "train_sweep":
+        packed = _packed_hours(params, pricer, name, device, root)
+        if packed is not None:
+            return packed
+        # no fit of the packed step applies (on CPUs, another generator): the sum of its cells' runs
         parts, steps = [], 0
         for cell in params.cells_of(name):
             method, traits = _traits(params, cell, set())
@@ -275,6 +286,38 @@ def _job_hours(params: Params, pricer: _Pricer, stage: str, name: str, device: s
     return pricer.price(stage, None, device, traits, None, name)
 
 
+def _packed_hours(params: Params, pricer: _Pricer, sweep: str, device: str,
+                  root: Path) -> tuple[float, str, str, str] | None:
+    """A sweep trained together, priced as it trains (``methods.dp_sinkhorn.together``): its cells in groups of
+    one shape (batch size and generated batch, i.e. one per ``p``), each group stepping all its members until
+    the first has its steps, then the rest as a smaller group; a packed step of K members costs the cost
+    entry's fitted T(K) = a + b K seconds. None when no ``packed`` entry applies."""
+    from dpsynth.ot.losses import num_extra
+
+    cells = params.cells_of(sweep)
+    method, traits = _traits(params, cells[0], set(cells))
+    cost = find_cost(pricer.costs, "train_sweep", method, device, params.scale, traits)
+    if cost is None or cost.packed is None:
+        return None
+    pricer.used[cost.id] = cost
+    a, b = cost.packed
+    groups: dict[tuple[int, int], list[int]] = {}
+    for cell in cells:
+        h = resolve_run(params, cell).experiment.hparams
+        groups.setdefault((h.batch_size, num_extra(h.batch_size, h.p)), []).append(planned_steps(params, cell, root))
+    seconds, packed_steps = 0.0, 0
+    for steps in groups.values():
+        done = 0
+        for i, s in enumerate(sorted(steps)):  # K = the members still training between two finishes
+            seconds += (s - done) * (a + b * (len(steps) - i))
+            packed_steps += s - done
+            done = s
+    basis = "no measurement" if cost.basis == "assumption" else "extrapolated"
+    sizes = "+".join(str(len(g)) for g in groups.values())
+    return (seconds / 3600, basis, cost.id, f"{len(cells)} cells in {len(groups)} packed group(s) (K = {sizes}), "
+            f"{packed_steps:,} packed steps at T(K) = {a * 1e3:.3g} + {b * 1e3:.3g} K ms")
+
+
 def _w2_hours(params: Params, pricer: _Pricer, dataset: str, device: str) -> tuple[float, str, str, str]:
     """The W2-vs-noise job: every (noise level, loss) run and its step check, per seed, priced per loss."""
     from dpsynth.data.registry import DATASETS
@@ -284,15 +327,19 @@ def _w2_hours(params: Params, pricer: _Pricer, dataset: str, device: str) -> tup
     if cfg.scales is not None and params.scale not in cfg.scales:
         return 0.0, "not run", "-", f"its stage trains nothing at scale {params.scale!r} (w2_noise.{dataset}.scales)"
     steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
-    runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level)
+    # the sweep's own training runs (w2_noise.<dataset>.seeds; the top-level seeds only where it sets none), as
+    # the stage trains them (stages/w2noise.py): every (noise, loss) run and step check once per seed
+    seeds = cfg.seeds if cfg.seeds is not None else params.seeds
+    runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level, seeds)
     data = "points" if DATASETS[dataset].kind == "manifold2d" else "images"
     parts = [pricer.price("w2_noise", "entropic_wgan", device, {"loss": r.loss, "data": data, "generator": "mlp",
-                                                                "dataset": dataset}, r.steps * len(params.seeds),
+                                                                "dataset": dataset}, r.steps,
                           f"w2_noise {dataset}") for r in runs]
     basis = "no measurement" if any(p[1] == "no measurement" for p in parts) else "extrapolated"
     hours = sum(p[0] for p in parts) / cfg.workers
-    total = sum(r.steps for r in runs) * len(params.seeds)
-    return hours, basis, parts[0][2], f"{len(runs)} runs, {total:,} steps, {cfg.workers} worker(s)"
+    total = sum(r.steps for r in runs)
+    return hours, basis, parts[0][2], (f"{len(runs)} runs ({len(seeds)} seed(s)), {total:,} steps, "
+                                       f"{cfg.workers} worker(s)")
 
 
 def render_budget(budget: Budget, every_job: bool = False) -> str:
@@ -326,7 +373,9 @@ def render_budget(budget: Budget, every_job: bool = False) -> str:
         lines.append("  " + "  ".join(f"{v:<{w}}" for v, w in zip(r[:5], widths)) + f"  {r[5]}")
     lines += ["", "cost entries (benchmarks/costs.yaml):"]
     for cid, c in budget.costs.items():
-        value = f"{c.steps_per_s:g} steps/s" if c.steps_per_s is not None else f"{c.hours:g} h per job"
+        value = (f"{c.steps_per_s:g} steps/s" if c.steps_per_s is not None else f"{c.hours:g} h per job"
+                 if c.hours is not None else f"T(K) = {c.packed[0] * 1e3:.3g} + {c.packed[1] * 1e3:.3g} K ms per "
+                 "packed step" if c.packed is not None else "?")
         basis = LABELS[c.basis] if c.basis != "measured" else "measured"
         lines.append(f"  {cid}: {value}, {basis} -- {c.source}")
         lines.append(f"      {c.note}")

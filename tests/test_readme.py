@@ -340,3 +340,42 @@ def test_the_mnist_w2_sweep_runs_are_the_ones_it_trains(params) -> None:
     assert {int(n) for _, n in said} == {len(runs)}, (said, len(runs))
     comment = re.search(r"Two worker processes train its (\d+) runs", (REPO / "params.yaml").read_text())
     assert comment and int(comment[1]) == len(runs)
+
+
+def test_the_gpu_figures_the_docs_state_are_the_committed_measurements() -> None:
+    """docs/performance.md's and docs/gpu-cluster.md's GPU figures are those of the newest committed GPU JSONs
+    (benchmarks/results/gpu-2026-11-28/; issue 70 item 4: two measurements, not one)."""
+    gpu = REPO / "benchmarks" / "results" / "gpu-2026-11-28"
+    sweep = json.loads((gpu / "gpu_step_sweep_200steps.json").read_text())
+    slice_rate = json.loads((gpu / "gpu_train_slice.json").read_text())["steps_per_s"]
+    perf = re.sub(r"\s*\n\s*", " ", DOCS["docs/performance.md"])
+    steps = {k: v["steps_per_s"] for k, v in sweep["steps"].items()}
+    for said, value in [
+            (r"the graphed fast step ([\d.]+) steps/s", steps["fast"]),
+            (r"the same step eager ([\d.]+)", steps["fast_eager"]),
+            (r"the reference ([\d.]+), the generator floor", steps["reference"]),
+            (r"the generator floor in its CUDA graph ([\d.]+)", steps["generator_floor"]),
+            (r"8 configurations packed into one step ([\d.]+) packed steps/s", sweep["sweep"]["trials"]["batched"]["steps_per_s"]),
+            (r"packed steps/s, ([\d,]+) configuration-steps/s", sweep["sweep"]["config_steps_per_s"]["batched"])]:
+        m = re.search(said, perf)
+        assert m, said
+        assert float(m.group(1).replace(",", "")) == pytest.approx(value, abs=0.051 if "." in m.group(1) else 0.51), said
+    assert f"`dpsynth train` {slice_rate} steps/s" in perf
+    assert "Measured twice" in perf and "Measured once" not in perf
+    cluster = re.sub(r"\s*\n\s*", " ", DOCS["docs/gpu-cluster.md"])
+    assert f"ran at {slice_rate} steps/s" in cluster and "the one GPU measurement" not in cluster
+
+
+def test_the_w2_spread_the_docs_state_is_the_committed_sweeps() -> None:
+    """docs/reshetova-mnist.md's "the three losses lie within X W2 of each other at every σ (Y at σ = 2)", from
+    the committed sweep's rows (docs/results/reshetova-mnist/w2_noise_mnist.csv, role figure, mean over seeds)."""
+    import pandas as pd
+
+    rows = pd.read_csv(REPO / "docs" / "results" / "reshetova-mnist" / "w2_noise_mnist.csv")
+    means = rows[rows["role"] == "figure"].groupby(["noise_std", "loss"])["w2"].mean().unstack()
+    spread = means.max(axis=1) - means.min(axis=1)
+    m = re.search(r"lie within ([\d.]+) W2 of each other at every σ \(([\d.]+) at σ = 2\)",
+                  re.sub(r"\s*\n\s*", " ", DOCS["docs/reshetova-mnist.md"]))
+    assert m, "docs/reshetova-mnist.md no longer states the losses' spread"
+    bound, at_two = float(m.group(1)), float(m.group(2))
+    assert spread.max() <= bound < spread.max() + 0.01 and round(spread.loc[2.0], 3) == at_two

@@ -113,7 +113,8 @@ def _by_name(function: str):  # type: ignore[no-untyped-def]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("workflow", help="generate the pipeline's declarations for DVC (dvc.yaml)")
+    p = sub.add_parser("workflow", help="the pipeline's build targets and their GPU budget, DVC's declarations "
+                       "(dvc.yaml, settings) and what `dvc repro` will run")
     ws = p.add_subparsers(dest="workflow_cmd", metavar="<dvc|settings|plan|targets|budget>")
     ws.required = True
     dvc = ws.add_parser("dvc", help="write dvc.yaml from params.yaml (after adding or removing an experiment "

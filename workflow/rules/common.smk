@@ -239,8 +239,12 @@ SWEEP_OF = {cell: s for s in BUILT_SWEEPS for cell in PARAMS.cells_of(s)}
 
 
 def sweep_data(wildcards):
-    """A targeted sweep's training data (that of its base experiment)."""
-    return f"data/processed/{EXPERIMENTS[PARAMS.sweeps[wildcards.sweep].base].dataset}.npz"
+    """A targeted sweep's training data (that of its base experiment); for a sweep of locally privatized cells
+    trained together, every cell's own privatized records (each made by the cell's own privatize job)."""
+    sweep = PARAMS.sweeps[wildcards.sweep]
+    if sweep.train_together and EXPERIMENTS[sweep.base].local is not None:
+        return expand("data/privatized/{cell}.npz", cell=PARAMS.cells_of(wildcards.sweep))
+    return f"data/processed/{EXPERIMENTS[sweep.base].dataset}.npz"
 
 
 def train_data(wildcards):
@@ -250,10 +254,11 @@ def train_data(wildcards):
     when a cell is added: a new cell trains alone and the others stay done. A cell of a sweep
     trained alone does not wait for (or re-run after) that job, which only writes its marker."""
     exp = EXPERIMENTS[wildcards.experiment]
-    if exp.local is not None:
-        return [f"data/privatized/{wildcards.experiment}.npz"]
-    inputs = [f"data/processed/{exp.dataset}.npz"]
     sweep = SWEEP_OF.get(wildcards.experiment)
+    if exp.local is not None:  # its own privatized records (and, trained together, its sweep's job)
+        together = sweep is not None and PARAMS.sweeps[sweep].train_together
+        return [f"data/privatized/{wildcards.experiment}.npz", *([f"private/sweeps/{sweep}"] if together else [])]
+    inputs = [f"data/processed/{exp.dataset}.npz"]
     if sweep is not None and PARAMS.sweeps[sweep].train_together:
         inputs.append(f"private/sweeps/{sweep}")
     warmstart = PARAMS.warmstart_for(wildcards.experiment)

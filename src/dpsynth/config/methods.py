@@ -49,8 +49,13 @@ class MethodSpec:
     #: The hyperparameters that shape warm-started critics made by ``dpsynth warmstart`` before
     #: training; empty: the method needs no warm start.
     warm_start_keys: tuple[str, ...] = ()
-    #: A sweep over it may train its cells in one batched job (``sweeps.<name>.train_together``).
-    trains_together: bool = False
+    #: A sweep over it may train its cells in one batched job (``sweeps.<name>.train_together``): the module
+    #: whose ``group_by_shape``, ``resume_step`` and ``train_together`` do it ("": it cannot).
+    together: str = ""
+
+    @property
+    def trains_together(self) -> bool:
+        return bool(self.together)
     #: Epsilon conventions its privacy reports add to the privacy table (beyond the RDP ones).
     epsilon_conventions: tuple[str, ...] = ()
     #: Reads its private data once, in one noisy release (``privacy.steps: 1``); its training steps fit a
@@ -80,13 +85,13 @@ class MethodSpec:
 
 METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec(name="dp_sinkhorn", title="DP-Sinkhorn", hparams=DPSinkhornHparams,
-               trainer="dpsynth.methods.dp_sinkhorn:train", trains_together=True),
+               trainer="dpsynth.methods.dp_sinkhorn:train", together="dpsynth.methods.dp_sinkhorn.together"),
     MethodSpec(name="gs_wgan", title="GS-WGAN", hparams=GSWGANHparams, trainer="dpsynth.methods.gs_wgan:train",
                warm_start_keys=GSWGANHparams.WARM_START_KEYS,
                epsilon_conventions=("as_published.rdp_classic", "sound.rdp_classic")),
     MethodSpec(name="entropic_wgan", title="Entropic WGAN (local DP)", hparams=EntropicWGANHparams,
                trainer="dpsynth.methods.entropic_wgan:train", conditional=False, takes_local_data=True,
-               noise_matched_loss=True),
+               noise_matched_loss=True, together="dpsynth.methods.entropic_wgan.together"),
     MethodSpec(name="dp_merf", title="DP-MERF", hparams=DPMERFHparams, trainer="dpsynth.methods.dp_merf:train",
                releases_once=True, epsilon_conventions=("analytic_gaussian",)),
     MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,

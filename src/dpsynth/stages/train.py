@@ -242,10 +242,15 @@ def run_train_sweep(sweep_name: str, *, out: str | None, private_out: str | None
 def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summaries: dict[str, dict], *,
                           out: str, private_out: str, params_file: str, scale: str | None, device: str,
                           progress: bool, forward_mode: str) -> None:
-    """With train_together: every cell without a finished checkpoint, one batched sweep per shape group."""
+    """With train_together: every cell without a finished checkpoint, one batched sweep per shape group (the
+    method's own: DP-Sinkhorn's batched sweep, the entropic WGAN's packed trainer)."""
     if not sweep.train_together:
         return
-    from dpsynth.methods.dp_sinkhorn.together import group_by_shape, resume_step, train_together
+    import importlib
+
+    # both imported by name, so that the DAGs' code dependencies (workflow.dvc) see them; the cells' method picks
+    from dpsynth.methods.dp_sinkhorn import together as _dp_sinkhorn  # noqa: F401
+    from dpsynth.methods.entropic_wgan import together as _entropic_wgan  # noqa: F401
     from dpsynth.privacy.ledger_store import settled
     from dpsynth.stages.train_ledger import reserve_cells
 
@@ -256,6 +261,8 @@ def _train_cells_together(sweep_name: str, sweep: Any, cells: list[str], summari
         assert ledger is not None
         ctxs.append(ctx)
         ledgers.append(ledger)
+    together = importlib.import_module(ctxs[0].experiment.spec.together)
+    group_by_shape, resume_step, train_together = together.group_by_shape, together.resume_step, together.train_together
     at = [resume_step(c) for c in ctxs]  # each cell's checkpoint read once here (None: finished)
     todo = [(c, step) for c, step in zip(ctxs, at) if step is not None]
     summaries.update({c.name: {"experiment": c.name, "already_trained": True} for c, step in zip(ctxs, at)

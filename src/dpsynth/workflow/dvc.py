@@ -179,7 +179,10 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
         **privatize,
         f"train_sweep_{sweep}": {
             "cmd": _cmd("train_sweep", sweep, f"train-sweep {sweep} --params params.yaml --no-progress"),
-            "deps": [settings_path("train_sweep", sweep), f"data/processed/{base.dataset}.npz", *_code("train")],
+            # locally privatized cells trained together: each cell's own privatized records, as in the Snakefile
+            "deps": [settings_path("train_sweep", sweep),
+                     *([f"data/privatized/{c}.npz" for c in params.cells_of(sweep)] if local and spec.train_together
+                       else [f"data/processed/{base.dataset}.npz"]), *_code("train")],
             "outs": [{f"private/sweeps/{sweep}": dict(UNCACHED)}]},
         # a cell waits for its sweep's job only when that job trains it (train_together), as in the Snakefile
         f"train_{sweep}": looped(_train(run, [*data[:1], *([f"private/sweeps/{sweep}"] if spec.train_together

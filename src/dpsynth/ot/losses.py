@@ -96,6 +96,7 @@ def semi_debiased_loss(
     scaling: float | None = DEFAULT_SCALING,
     tol: float | None = None,
     validate: bool = True,
+    fused: bool = False,
 ) -> Tensor:
     """``S_p = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])`` (see module docstring for p = 0, 1).
 
@@ -113,6 +114,8 @@ def semi_debiased_loss(
     with zero-weight columns to the common ``M'``. Zero weights are exactly absent in the log
     domain (log-weight -inf; the eps-scaling starts from the largest *live* cost), so this is
     the value and gradients of two ``entropic_ot`` calls with half the loop's launches.
+    ``fused`` runs that loop's softmins compiled (:func:`~dpsynth.ot.sinkhorn.fused_solve`; the CUDA
+    step's default): the same solve within float32 rounding.
     """
     n, n_prime = _generated_split(x_gen.shape[-2], p, n, n_extra)
     # A per-problem eps tensor is the caller's to check (StepSpec does); the rest is checked here.
@@ -142,7 +145,7 @@ def semi_debiased_loss(
     cost = SquaredEuclideanCost() if cost is None else cost
     c = cost(x.unsqueeze(-3), ys)  # (..., 2, n, cols)
     eps_lead = eps.reshape(*eps.shape, 1) if isinstance(eps, Tensor) else eps  # one per problem pair
-    _, g = sinkhorn_potentials(c, a, b, eps_lead, n_iter=n_iter, scaling=scaling, tol=tol)
+    _, g = sinkhorn_potentials(c, a, b, eps_lead, n_iter=n_iter, scaling=scaling, tol=tol, fused=fused)
     e = eps_lead if isinstance(eps_lead, Tensor) else torch.full((), eps, dtype=c.dtype, device=c.device)
     e = e.to(c.dtype).expand(*lead, 2).unsqueeze(-1)  # (..., 2, 1)
     ot = ot_value_from_potentials(c, a, b, g, e)  # (..., 2): W(X, X2), W(X, Y)

@@ -140,11 +140,11 @@ def embed_points(points: Tensor, labels: Tensor | None, num_classes: int | None,
     return torch.cat([flat, alpha_c * onehot], dim=-1)
 
 
-def step_loss(spec: StepSpec, cost: MixedL2L1Cost, xg: Tensor, yr: Tensor, w: Tensor) -> Tensor:
+def step_loss(spec: StepSpec, cost: MixedL2L1Cost, xg: Tensor, yr: Tensor, w: Tensor, fused: bool = False) -> Tensor:
     """The step's loss on embedded points: ``xg`` (..., n + n', D) generated, ``yr`` (..., M, D)
-    real with weights ``w``; a leading axis holds packed members."""
+    real with weights ``w``; a leading axis holds packed members. ``fused``: the compiled solve."""
     return semi_debiased_loss(xg, yr, real_weights=w, n=spec.n, n_extra=spec.n_extra, eps=spec.eps, cost=cost,
-                              n_iter=spec.n_iter, scaling=spec.scaling, validate=False)
+                              n_iter=spec.n_iter, scaling=spec.scaling, validate=False, fused=fused)
 
 
 class PackedStep:
@@ -154,11 +154,15 @@ class PackedStep:
     :class:`~dpsynth.methods.dp_sinkhorn.forward.StackedForward`) or ``"auto"`` (vmap on CUDA for
     K > 1). ``cuda_graph`` (default: on CUDA) captures the whole step in one graph. ``tuning``: the
     GPU speed levers (``tuning.py``), the same for every member. ``param_sanitizer`` (K = 1, eager):
-    the grad_theta ablation's, which clips and noises the parameter gradient instead."""
+    the grad_theta ablation's, which clips and noises the parameter gradient instead. ``fused_solve``
+    (default: with the CUDA graph): the Sinkhorn solve's softmins compiled (``ot.sinkhorn.fused_solve``),
+    compiled once for the graph's fixed shapes. An eager step keeps the eager solve: its Poisson batch
+    changes shape every step (a compiled solve would recompile), and on the CPU the eager floored
+    solve measured as fast (docs/performance.md)."""
 
     def __init__(self, members: Sequence[Member], x_all: Tensor, y_all: Tensor, *, forward_mode: str = "auto",
                  cuda_graph: bool | None = None, capacity: int | None = None, param_sanitizer: Any = None,
-                 tuning: StepTuning | None = None) -> None:
+                 tuning: StepTuning | None = None, fused_solve: bool | None = None) -> None:
         self.members = list(members)
         who = type(self).__name__
         if not self.members:
@@ -174,6 +178,7 @@ class PackedStep:
             raise ConfigError(f"{who}: a parameter sanitizer needs one member without the image sanitizer "
                               "(spec.sigma None): they are exclusive")
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else cuda_graph
+        self.fused_solve = self.cuda_graph if fused_solve is None else fused_solve
         if self.cuda_graph and self.device.type != "cuda":
             raise ConfigError(f"{who}: cuda_graph=True needs CUDA tensors")
         if self.cuda_graph and param_sanitizer is not None:
@@ -242,10 +247,10 @@ class PackedStep:
                 xg.append(a)
                 yr.append(b)
             if len(xg) == 1:  # a run: no member axis (the one run's rounding, bit for bit)
-                losses = step_loss(self.spec, self.cost, xg[0], yr[0], w[0]).unsqueeze(0)
+                losses = step_loss(self.spec, self.cost, xg[0], yr[0], w[0], self.fused_solve).unsqueeze(0)
             else:
                 losses = step_loss(self.spec, self.cost, torch.stack(xg), torch.stack(yr),
-                                   w if isinstance(w, Tensor) else torch.stack(w))
+                                   w if isinstance(w, Tensor) else torch.stack(w), self.fused_solve)
             for m in self.members:
                 m.opt.zero_grad(set_to_none=False)
             losses.sum().backward()  # members share no parameter: each gets its own gradient
@@ -371,9 +376,10 @@ class FastStep(PackedStep):
 
     def __init__(self, G: nn.Module, opt: torch.optim.Optimizer, x_all: Tensor, y_all: Tensor, spec: StepSpec,
                  gens: dict[str, torch.Generator], *, cuda_graph: bool | None = None,
-                 capacity: int | None = None, param_sanitizer: Any = None, tuning: StepTuning | None = None) -> None:
+                 capacity: int | None = None, param_sanitizer: Any = None, tuning: StepTuning | None = None,
+                 fused_solve: bool | None = None) -> None:
         super().__init__([Member(G, opt, spec, gens)], x_all, y_all, forward_mode="loop", cuda_graph=cuda_graph,
-                         capacity=capacity, param_sanitizer=param_sanitizer, tuning=tuning)
+                         capacity=capacity, param_sanitizer=param_sanitizer, tuning=tuning, fused_solve=fused_solve)
 
     G = property(lambda self: self.members[0].G)
     opt = property(lambda self: self.members[0].opt)

@@ -297,6 +297,13 @@ def _packed_hours(params: Params, pricer: _Pricer, sweep: str, device: str,
     cells = params.cells_of(sweep)
     method, traits = _traits(params, cells[0], set(cells))
     cost = find_cost(pricer.costs, "train_sweep", method, device, params.scale, traits)
+    if cost is not None and cost.packed is None and cost.steps_per_s is not None:
+        # a rate per member-step (the entropic WGAN's packed MLP: K members cost K member-steps)
+        pricer.used[cost.id] = cost
+        member_steps = sum(planned_steps(params, cell, root) for cell in cells)
+        basis = "no measurement" if cost.basis == "assumption" else "extrapolated"
+        return (member_steps / cost.steps_per_s / 3600, basis, cost.id,
+                f"{len(cells)} cells packed, {member_steps:,} member-steps at {cost.steps_per_s:g} member-steps/s")
     if cost is None or cost.packed is None:
         return None
     pricer.used[cost.id] = cost
@@ -304,7 +311,8 @@ def _packed_hours(params: Params, pricer: _Pricer, sweep: str, device: str,
     groups: dict[tuple[int, int], list[int]] = {}
     for cell in cells:
         h = resolve_run(params, cell).experiment.hparams
-        groups.setdefault((h.batch_size, num_extra(h.batch_size, h.p)), []).append(planned_steps(params, cell, root))
+        groups.setdefault((h.batch_size, num_extra(h.batch_size, h.p) if hasattr(h, "p") else 0), []).append(
+            planned_steps(params, cell, root))
     seconds, packed_steps = 0.0, 0
     for steps in groups.values():
         done = 0
@@ -326,20 +334,21 @@ def _w2_hours(params: Params, pricer: _Pricer, dataset: str, device: str) -> tup
     cfg, preset = params.w2_noise[dataset], params.preset
     if cfg.scales is not None and params.scale not in cfg.scales:
         return 0.0, "not run", "-", f"its stage trains nothing at scale {params.scale!r} (w2_noise.{dataset}.scales)"
-    steps = min(cfg.steps, preset.w2_noise_steps) if preset.w2_noise_steps else cfg.steps
-    # the sweep's own training runs (w2_noise.<dataset>.seeds; the top-level seeds only where it sets none), as
-    # the stage trains them (stages/w2noise.py): every (noise, loss) run and step check once per seed
-    seeds = cfg.seeds if cfg.seeds is not None else params.seeds
+    steps = preset.w2_noise_steps or cfg.steps  # the scale's count replaces the sweep's (stages/w2noise.py)
+    # the sweep's own training runs (the scale's w2_noise_seeds, else w2_noise.<dataset>.seeds; the top-level seeds
+    # only where neither is set), as the stage trains them: every (noise, loss) run and step check once per seed
+    seeds = preset.w2_noise_seeds or (cfg.seeds if cfg.seeds is not None else params.seeds)
+    pack = preset.w2_noise_pack or 0  # the packed trainer: one process trains, a rate per member-step
     runs = sweep_runs(cfg.noise_levels, cfg.losses, steps, cfg.check_noise_level, seeds)
     data = "points" if DATASETS[dataset].kind == "manifold2d" else "images"
     parts = [pricer.price("w2_noise", "entropic_wgan", device, {"loss": r.loss, "data": data, "generator": "mlp",
-                                                                "dataset": dataset}, r.steps,
+                                                                "dataset": dataset, "packed": bool(pack)}, r.steps,
                           f"w2_noise {dataset}") for r in runs]
     basis = "no measurement" if any(p[1] == "no measurement" for p in parts) else "extrapolated"
-    hours = sum(p[0] for p in parts) / cfg.workers
+    hours = sum(p[0] for p in parts) / (1 if pack else cfg.workers)
     total = sum(r.steps for r in runs)
-    return hours, basis, parts[0][2], (f"{len(runs)} runs ({len(seeds)} seed(s)), {total:,} steps, "
-                                       f"{cfg.workers} worker(s)")
+    how = f"packs of up to {pack}, {cfg.workers} scoring worker(s)" if pack else f"{cfg.workers} worker(s)"
+    return hours, basis, parts[0][2], f"{len(runs)} runs ({len(seeds)} seed(s)), {total:,} steps, {how}"
 
 
 def render_budget(budget: Budget, every_job: bool = False) -> str:

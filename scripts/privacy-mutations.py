@@ -19,6 +19,9 @@ The release ledger's mutations (budgets, reservations, what each release path re
 instead (LEDGER_TESTS: the reservation, refusal and ledger tests and the wavelet baseline's two ledger tests, stopping
 at the first failure), named beside each of them.
 
+A mutation that must change two places at once (a call moved) gives a tuple of (old, new) pairs as its third
+element, and None as its fourth.
+
 Each line of output: INDEX | mutation | caught by: TESTS (or NOT CAUGHT); the exit status is 1 when any
 mutation was not caught."""
 import argparse, pathlib, subprocess, sys
@@ -33,6 +36,10 @@ LEDGER_TESTS = ['-x', 'tests/test_ledger_reservations.py', 'tests/test_ledger_re
                 '-k', 'not editing',  # (the DVC round trip: minutes, and it adds no case these lack)
                 'tests/test_wavelet_baseline.py::test_the_method_trains_end_to_end_through_the_one_loop',
                 'tests/test_wavelet_baseline.py::test_the_wavelet_baseline_is_refused_by_any_finite_budget_before_it_reads_a_record']
+#: The ledger faults of issue 71 (tests/test_ledger_faults.py), each run against the test that catches it.
+FAULTS = 'tests/test_ledger_faults.py::'
+RACE = [FAULTS + 'test_two_jobs_held_between_reading_the_ledger_and_reserving_cannot_both_pass_a_budget_for_one']
+WHERE = ['tests/test_ledger_faults.py', '-k', 'any_folder_of_the_workspace']
 M = [
  ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma / 2 if private and h.sanitizer == \"image\" else None, q=q)"),
@@ -168,7 +175,77 @@ M = [
   "                except OSError:\n                    pass", LEDGER_TESTS),
  ("ledger: a hand-edited negative epsilon read as a release", "src/dpsynth/privacy/releases.py",
   "    if x < 0 or x > upper:", "    if x > upper:", LEDGER_TESTS),
+ # issue 71: the faults the ledger's tests used to let through
+ ("ledger: its lock removed (two jobs read, check and append at once)", "src/dpsynth/privacy/ledger_store.py",
+  "        mode = fcntl.LOCK_EX\n", "        return\n", RACE),
+ ("ledger: its lock taken shared", "src/dpsynth/privacy/ledger_store.py",
+  "        mode = fcntl.LOCK_EX\n", "        mode = fcntl.LOCK_SH\n", RACE),
+ ("ledger: reserve reads the ledger before taking the lock (appends under it)", "src/dpsynth/privacy/ledger_store.py",
+  "        with self._locked() as fd:\n            known, damaged = self._read_locked(fd)\n            out, new = [], []",
+  "        known, damaged = self.read()\n        with self._locked() as fd:\n            out, new = [], []", RACE),
+ ("ledger: train reserves after its training loop, not before its first step", "src/dpsynth/methods/loop.py",
+  (("        ctx.before_release(state)\n    run.resume()", "        pass\n    run.resume()"),
+   ("    stepper.check()  # nothing is released after a refused step (on a GPU the refusal is deferred)\n",
+    "    stepper.check()  # nothing is released after a refused step (on a GPU the refusal is deferred)\n"
+    "    if ctx.before_release is not None:\n        ctx.before_release(state)\n")), None,
+  [FAULTS + 'test_a_training_job_killed_after_its_first_step_leaves_a_pending_reservation_the_budget_counts']),
+ ("ledger: a release found on disk confirmed under another run's open reservation (the run key ignored)",
+  "src/dpsynth/privacy/ledger_store.py", " and r.stage == entry.stage\n                     and r.key == entry.key]",
+  " and r.stage == entry.stage]", [FAULTS + 'test_a_release_found_on_disk_never_settles_another_runs_open_reservation']),
+ ("ledger: the report's EVER MADE row composes confirmed entries only", "src/dpsynth/report/ledger.py",
+  "    total = compose(mine, damaged)", "    total = compose([r for r in mine if r.status == CONFIRMED], damaged)",
+  [FAULTS + 'test_the_reports_ever_made_row_counts_pending_and_failed_reservations']),
+ ("ledger: a reproducible-noise train reserved at its finite epsilon", "src/dpsynth/stages/train_ledger.py",
+  "        elif run.privacy.mode == \"non_private\" or repro:", "        elif run.privacy.mode == \"non_private\":",
+  [FAULTS + 'test_a_reproducible_noise_train_is_reserved_and_recorded_as_no_guarantee']),
+ ("ledger: a reproducible-noise train recorded at its finite epsilon", "src/dpsynth/stages/train_ledger.py",
+  "        free = is_reproducible(report) or approx or math.isinf(eps)", "        free = approx or math.isinf(eps)",
+  [FAULTS + 'test_a_reproducible_noise_train_is_reserved_and_recorded_as_no_guarantee']),
+ ("ledger: a ledger folder accepted under private/ (which make clean-results deletes)", "src/dpsynth/stages/common.py",
+  "(\"private\", \"private\"), ", "", WHERE),
+ ("ledger: the workspace's folders resolved against the current folder only", "src/dpsynth/privacy/ledger_place.py",
+  "    bases = [Path.cwd()] + ([Path(workspace)] if workspace is not None else [])", "    bases = [Path.cwd()]",
+  WHERE),
+ # bad input that hung every reader of params.yaml (issue 71 item 2): each test runs under a timeout
+ ("params.yaml: a recursive alias not named by the event scan", "src/dpsynth/config/loader.py",
+  "            elif isinstance(event, yaml.AliasEvent) and live.get(event.anchor, (0, 0))[0]:",
+  "            elif False:", ['tests/test_bad_input_config.py', '-k', 'recursive_alias and lol']),
+ ("params.yaml: the expansion counter loops on a node that contains itself", "src/dpsynth/config/loader.py",
+  "            if id(node) in path:\n", "            if False:\n",
+  ['tests/test_bad_input_config.py::test_the_expansion_counter_stops_on_a_node_that_contains_itself']),
+ ("params.yaml: the expansion counter unmemoized (a bomb runs for hours)", "src/dpsynth/config/loader.py",
+  (("        if id(node) in memo:\n            continue\n", ""),
+   ("            stack += [(c, False) for c in children if id(c) not in memo]",
+    "            stack += [(c, False) for c in children]")), None,
+  ['tests/test_bad_input_config.py::test_both_bombs_are_refused_in_milliseconds']),
+ ("params.yaml: the bomb limit counts every value, not what aliases add", "src/dpsynth/config/loader.py",
+  "    return expanded - distinct", "    return expanded",
+  ['tests/test_bad_input_config.py::test_a_large_file_with_no_alias_is_no_bomb']),
+ # the central-DP baseline (issue 69 item 3): its accounting, its noise, its ledger entry, its secret noise
+ ("central baseline: noise at sigma/2", "src/dpsynth/methods/central_baseline.py",
+  "    s = query_stds(sigma)\n    second =", "    s = query_stds(sigma / 2)\n    second =",
+  ['tests/test_central_baseline.py']),
+ ("central baseline: noise left off the class sums", "src/dpsynth/methods/central_baseline.py",
+  "+ rng.normal(0.0, s[\"sums\"],", "+ 0.0 * rng.normal(0.0, s[\"sums\"],", ['tests/test_central_baseline.py']),
+ ("central baseline: released at a loosely calibrated sigma (the accountant's sigma x 1.5)",
+  "src/dpsynth/methods/central_baseline.py",
+  "    sigma = acc.calibrate_sigma(1.0, 1, delta, epsilon)\n",
+  "    sigma = 1.5 * acc.calibrate_sigma(1.0, 1, delta, epsilon)\n", ['tests/test_central_baseline.py']),
+ ("central baseline: its total budget not checked", "src/dpsynth/methods/central_baseline.py",
+  "held = ledger.reserve([Reservation(entry)], budgets or {},", "held = ledger.reserve([Reservation(entry)], {},",
+  ['tests/test_central_baseline.py']),
+ ("central baseline: the release never confirmed in the ledger", "src/dpsynth/methods/central_baseline.py",
+  "        ledger.settle(held[0].release, \"confirmed\", replace(entry, sha256=sha256_file(out)))\n", "",
+  ['tests/test_central_baseline.py']),
+ ("central baseline: a constant-seeded 'secret' noise generator", "src/dpsynth/methods/central_baseline.py",
+  "        rng = noise.numpy_rng(31)\n", "        rng = np.random.default_rng(31)\n",
+  ['tests/test_central_baseline.py']),
 ]
+def _pairs(m: tuple) -> list[tuple[str, str]]:
+    """A mutation's (old, new) replacements: one, or the tuple of pairs a mutation of two places gives."""
+    return list(m[2]) if isinstance(m[2], tuple) else [(m[2], m[3])]
+
+
 ap = argparse.ArgumentParser(prog="scripts/privacy-mutations.py", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog="mutations:\n" + "\n".join(f"  {i:2d}  {m[0]}  ({m[1]})" for i, m in enumerate(M)))
@@ -182,8 +259,8 @@ if args.list:
         print(f"{i:2d} | {m[0]} | {m[1]}")
     sys.exit(0)
 if args.check:
-    stale = [f"{i} | {m[0]} | {m[1]}: its source text occurs {(R / m[1]).read_text().count(m[2])} times"
-             for i, m in enumerate(M) if (R / m[1]).read_text().count(m[2]) != 1]
+    stale = [f"{i} | {m[0]} | {m[1]}: its source text {old[:40]!r} occurs {(R / m[1]).read_text().count(old)} times"
+             for i, m in enumerate(M) for old, _ in _pairs(m) if (R / m[1]).read_text().count(old) != 1]
     print("\n".join(stale) or f"all {len(M)} mutations apply")
     sys.exit(1 if stale else 0)
 bad = [i for i in args.index if not 0 <= i < len(M)]
@@ -192,9 +269,11 @@ if bad:
 missed = 0
 for i, (name, f, old, new, *own) in enumerate(M):
     if args.index and i not in args.index: continue
-    p = R / f; src = p.read_text()
-    assert src.count(old) == 1, (name, src.count(old))
-    p.write_text(src.replace(old, new))
+    p = R / f; src = p.read_text(); mutated = src
+    for o, n in _pairs((name, f, old, new)):
+        assert mutated.count(o) == 1, (name, o, mutated.count(o))
+        mutated = mutated.replace(o, n)
+    p.write_text(mutated)
     try:
         r = subprocess.run([str(R/'.venv/bin/pytest'), '-q', '-p', 'no:cacheprovider', *(own[0] if own else WIRING_TESTS)],
                            cwd=R, capture_output=True, text=True, timeout=900)

@@ -3,6 +3,7 @@ experiments, numerically equal sweep values, a partial CelebA folder and a misty
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,32 +110,24 @@ def _merge_key_bomb(levels: int = 39) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.timeout(240)  # a fault in the expansion counter hangs: it must fail instead
 def test_a_merge_key_bomb_is_refused_in_one_line_before_anything_is_built(tmp_path):
     """Issue 63 item 9: a 2 KB file of nested merge keys (``<<``) hung config check, privatize and `snakemake -n`
-    (PyYAML's merge flattening copies each merged mapping). The loader counts what the file would expand to on
-    the composed nodes and refuses past a million values; params.yaml expands to 2,695, so the limit is far
-    from both. The alias bomb (lists of lists of aliases) is refused the same way."""
-    import time
+    (PyYAML's merge flattening copies each merged mapping). The loader counts what the file's aliases and merge
+    keys add on the composed nodes and refuses past a million values; params.yaml's add a few hundred, so the
+    limit is far from both. The alias bomb (lists of lists of aliases) is refused the same way."""
+    from dpsynth.config.loader import MAX_ALIAS_VALUES, alias_expansion, expanded_size
 
-    from dpsynth.config.loader import MAX_YAML_NODES, expanded_size
-
-    assert expanded_size(yaml.compose((REPO / "params.yaml").read_text(), Loader=UniqueKeyLoader)) < 10_000
+    shipped = yaml.compose((REPO / "params.yaml").read_text(), Loader=UniqueKeyLoader)
+    assert expanded_size(shipped) < 10_000 and alias_expansion(shipped) < 2_000
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(_merge_key_bomb())
     assert len(bomb.read_bytes()) < 2500
-    alias = tmp_path / "alias.yaml"
-    alias.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
-    for f in (bomb, alias):
-        t0 = time.perf_counter()
-        with pytest.raises(ConfigError, match=f"expand to more than {MAX_YAML_NODES:,} values"):
-            load_yaml(f)
-        assert time.perf_counter() - t0 < 5  # measured 0.01 s; the unchecked load runs for hours
     res = run_cli("config", "check", str(bomb), cwd=tmp_path, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == [f"dpsynth: error: {bomb}: its anchors and merge keys (<<) expand to "
-                                               f"more than {MAX_YAML_NODES:,} values (an alias or merge-key bomb); "
-                                               "nothing was built from it"]
+    assert res.stderr.strip().splitlines() == [f"dpsynth: error: {bomb}: its aliases and merge keys (<<) expand to "
+                                               f"more than {MAX_ALIAS_VALUES:,} values beyond what the file writes "
+                                               "out (an alias or merge-key bomb); nothing was built from it"]
     snakemake = venv_bin("snakemake")
     require(Path(snakemake).exists(), f"snakemake not installed at {snakemake} (a dependency: make env installs it)")
     shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
@@ -142,6 +135,90 @@ def test_a_merge_key_bomb_is_refused_in_one_line_before_anything_is_built(tmp_pa
     shutil.copy(bomb, tmp_path / "params.yaml")
     res = subprocess.run([snakemake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "merge-key bomb" in res.stdout + res.stderr
+
+
+def _bounded(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``code`` in a Python of its own, with a timeout and at most 2 GiB of data: a counter that loops (its stack
+    growing without end) fails in seconds instead of hanging, or filling the machine's memory."""
+    import resource
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=limit, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout} s: {code}")
+
+
+def test_both_bombs_are_refused_in_milliseconds(tmp_path):
+    """The merge-key bomb and the alias bomb (lists of lists of aliases): refused in well under a second (measured
+    0.01 s; an unmemoized counter runs for hours), each by the limit on what aliases and merge keys add."""
+    from dpsynth.config.loader import MAX_ALIAS_VALUES
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_merge_key_bomb())
+    alias = tmp_path / "alias.yaml"
+    alias.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    for f in (bomb, alias):
+        res = _bounded("import time; from dpsynth.config.loader import load_yaml\nt0 = time.perf_counter()\n"
+                       f"try:\n    load_yaml({str(f)!r})\nexcept Exception as e:\n    print(time.perf_counter() - t0, e)",
+                       timeout=60)
+        took, _, said = res.stdout.strip().partition(" ")
+        assert res.returncode == 0 and float(took) < 5, res.stdout + res.stderr[-2000:]
+        assert f"expand to more than {MAX_ALIAS_VALUES:,} values beyond" in said, said
+
+
+def test_the_expansion_counter_stops_on_a_node_that_contains_itself():
+    """Behind the event scan (which names the anchor), the counter itself refuses a node inside itself."""
+    for text in ("lol: &r [*r]\n", "a: &m\n  b: {c: *m}\n"):
+        res = _bounded("import yaml\nfrom dpsynth.config.loader import UniqueKeyLoader, ExpansionError, expanded_size\n"
+                       f"try:\n    expanded_size(yaml.compose({text!r}, Loader=UniqueKeyLoader))\n"
+                       "except ExpansionError as e:\n    print(e)", timeout=60)
+        assert res.returncode == 0 and "contains itself" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+@pytest.mark.timeout(240)  # the recursive alias hung every reader: it must fail instead
+@pytest.mark.parametrize("text, anchor, line", [("lol: &r [*r]\n", "r", 1),
+                                                ("a: 1\nb: &m\n  c: [1, {d: *m}]\n", "m", 2),
+                                                ("base: &s\n  x: 1\n  <<: *s\n", "s", 1)])
+def test_a_recursive_alias_is_refused_in_one_line_naming_the_anchor(tmp_path, text, anchor, line):
+    """Issue 71 item 2: ``lol: &r [*r]`` (13 bytes) made `dpsynth config check`, `dpsynth privatize` and `snakemake
+    -n` run until killed, with no output: the expansion counter looped on a node that contains itself. Any alias
+    inside the collection its anchor names -- a list, a nested mapping, a merge key -- is refused in one line
+    naming the anchor and its line, before anything is built; and the counter itself stops on such a node."""
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    want = f"dpsynth: error: {path}: the alias *{anchor} (line "
+    res = run_cli("config", "check", str(path), cwd=tmp_path, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(want), res.stderr
+    assert f"lies inside the anchor &{anchor} it names (line {line}): a recursive alias" in lines[0], lines[0]
+    res = run_cli("privatize", "ewgan_half_circle_gauss", "--params", str(path), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith(want), res.stderr
+    snakemake = venv_bin("snakemake")
+    require(Path(snakemake).exists(), f"snakemake not installed at {snakemake} (a dependency: make env installs it)")
+    shutil.copy(REPO / "Snakefile", tmp_path / "Snakefile")
+    shutil.copytree(REPO / "workflow", tmp_path / "workflow")
+    res = subprocess.run([snakemake, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and f"lies inside the anchor &{anchor}" in res.stdout + res.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_large_file_with_no_alias_is_no_bomb(tmp_path):
+    """A file of more than a million plain values and no alias was refused as "an alias or merge-key bomb": the
+    limit counts what aliases and merge keys add, so such a file is read like any other (its size is no bomb;
+    here params.yaml's validation then names what is wrong with it)."""
+    from dpsynth.config.loader import MAX_ALIAS_VALUES
+
+    path = tmp_path / "params.yaml"
+    path.write_text(SHIPPED + "padding: [" + "1, " * (MAX_ALIAS_VALUES + 1000) + "1]\n")
+    assert len(load_yaml(path)["padding"]) == MAX_ALIAS_VALUES + 1001
+    res = run_cli("config", "check", str(path), cwd=tmp_path, timeout=200)
+    assert res.returncode == 2 and "bomb" not in res.stderr and "padding" in res.stderr, res.stderr[-2000:]
 
 
 # --------------------------------------------------------------------------- 2. an experiment twice

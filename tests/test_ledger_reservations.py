@@ -213,7 +213,7 @@ def test_a_privatized_copy_on_disk_the_ledger_lacks_is_recorded_and_counted(
 
     _privatize_ws(tmp_path, manifold)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DPSYNTH_LEDGER", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("DPSYNTH_LEDGER", str(release_ledger.parent / "elsewhere"))  # (never in the workspace)
     assert main(["privatize", EXP]) == 0
     npz = tmp_path / "data" / "privatized" / f"{EXP}.npz"
     before = npz.read_bytes()

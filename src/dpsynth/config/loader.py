@@ -56,7 +56,8 @@ def _and(items: list[Any]) -> str:
 
 
 class ExpansionError(yaml.YAMLError):
-    """A file whose aliases and merge keys expand past ``MAX_YAML_NODES`` values (``expanded_size``)."""
+    """A file whose aliases and merge keys add more than ``MAX_ALIAS_VALUES`` values (``alias_expansion``), or
+    hold a node that contains itself."""
 
 
 class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -73,10 +74,11 @@ class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
     """
 
     def construct_document(self, node: yaml.Node) -> Any:
-        size = expanded_size(node)
-        if size > MAX_YAML_NODES:
-            raise ExpansionError(f"its anchors and merge keys (<<) expand to more than {MAX_YAML_NODES:,} values "
-                                 "(an alias or merge-key bomb); nothing was built from it")
+        added = alias_expansion(node)
+        if added > MAX_ALIAS_VALUES:
+            raise ExpansionError(f"its aliases and merge keys (<<) expand to more than {MAX_ALIAS_VALUES:,} values "
+                                 "beyond what the file writes out (an alias or merge-key bomb); nothing was built "
+                                 "from it")
         duplicates: dict[str, tuple[str, list[int]]] = {}
         self._find_duplicates(node, "", set(), duplicates)
         if duplicates:
@@ -114,17 +116,21 @@ class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
                 self._find_duplicates(value_node, where, seen, out)
 
 
-#: The most values (scalars, mappings, sequences) a YAML file may expand to, every alias and merge key (``<<``)
-#: counted as the copy it becomes. params.yaml expands to 2,695; a 2 KB file of nested merge keys expands
-#: to 4^39 (PyYAML's merge flattening copies each merged mapping: it would run for hours), refused here in
-#: milliseconds before anything is built.
-MAX_YAML_NODES = 1_000_000
+#: The most values (scalars, mappings, sequences) the aliases and merge keys (``<<``) of a YAML file may add
+#: to what it writes out, each counted as the copy it becomes. params.yaml's add a few hundred; a 2 KB file of
+#: nested merge keys adds 4^39 (PyYAML's merge flattening copies each merged mapping: it would run for hours),
+#: refused here in milliseconds before anything is built. A large file with no alias adds none: its size alone
+#: is no bomb (it is read, and validated, like any other).
+MAX_ALIAS_VALUES = 1_000_000
 
 
-def expanded_size(root: yaml.Node) -> int:
-    """How many values ``root`` becomes once every alias and merge key is expanded, counted on the composed node
-    tree (shared nodes once each, memoized: linear in the file, whatever it expands to)."""
+def _expansion(root: yaml.Node) -> tuple[int, int]:
+    """(values ``root`` becomes once every alias and merge key is expanded, distinct nodes it holds), counted on
+    the composed node tree (shared nodes once each, memoized: linear in the file, whatever it expands to). A node
+    that contains itself (a recursive alias: ``yaml_depth_problem`` names its anchor before this is reached) is
+    ``ExpansionError``, never an endless loop."""
     memo: dict[int, int] = {}
+    path: set[int] = set()  # the nodes being counted: one met again inside itself is a cycle
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:  # iterative post-order: a deep file must not overflow Python's recursion here either
         node, ready = stack.pop()
@@ -133,11 +139,29 @@ def expanded_size(root: yaml.Node) -> int:
         children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
             list(node.value) if isinstance(node, yaml.SequenceNode) else []
         if not ready:
+            if id(node) in path:
+                line = node.start_mark.line + 1 if node.start_mark is not None else "?"
+                raise ExpansionError(f"the node at line {line} contains itself (a recursive alias); nothing was "
+                                     "built from it")
+            path.add(id(node))
             stack.append((node, True))
             stack += [(c, False) for c in children if id(c) not in memo]
             continue
+        path.discard(id(node))
         memo[id(node)] = min(1 + sum(memo.get(id(c), 0) for c in children), 2 ** 62)
-    return memo[id(root)]
+    return memo[id(root)], len(memo)
+
+
+def expanded_size(root: yaml.Node) -> int:
+    """How many values ``root`` becomes once every alias and merge key is expanded (``_expansion``)."""
+    return _expansion(root)[0]
+
+
+def alias_expansion(root: yaml.Node) -> int:
+    """How many values the aliases and merge keys of ``root`` add to the ones the file writes out: what the
+    bomb limit (``MAX_ALIAS_VALUES``) counts -- a large file with no alias adds none."""
+    expanded, distinct = _expansion(root)
+    return expanded - distinct
 
 
 #: The deepest nesting of mappings and sequences a YAML file may have. params.yaml nests 5 levels; the limit
@@ -146,22 +170,38 @@ MAX_YAML_DEPTH = 100
 
 
 def yaml_depth_problem(text: str, limit: int = MAX_YAML_DEPTH) -> str | None:
-    """Why ``text`` nests too deep to be read -- ``None`` when it does not -- found BEFORE it is parsed into
-    nodes. Lists nested 1,000 deep overflow Python's recursion in the duplicate-key check (a traceback);
-    100,000 deep overflow the C stack of libyaml's composer (the process dies, rc 139, no word). The scan reads
-    libyaml's event stream, which keeps its state on the heap, counts open collections and stops at the first
-    one past ``limit``: a few milliseconds for params.yaml, bounded work for a hostile file. A syntax error is
-    left to the real parse, which names it."""
+    """Why ``text`` cannot be read safely -- nested too deep, or a recursive alias -- ``None`` when it can, found
+    BEFORE it is parsed into nodes. Lists nested 1,000 deep overflow Python's recursion in the duplicate-key
+    check (a traceback); 100,000 deep overflow the C stack of libyaml's composer (the process dies, rc 139, no
+    word). A recursive alias (``lol: &r [*r]``, 13 bytes: an alias inside the collection its anchor names) is a
+    value that contains itself: counting or building it never ends, and every reader of the file hung. The scan
+    reads libyaml's event stream, which keeps its state on the heap, counts open collections and stops at the
+    first one past ``limit`` or the first alias of an anchor still open: a few milliseconds for params.yaml,
+    bounded work for a hostile file. A syntax error is left to the real parse, which names it."""
     depth = 0
+    opened: list[str | None] = []  # the anchors of the open collections, outermost first
+    live: dict[str, tuple[int, int]] = {}  # anchor -> (depth of the open collection it names, or 0; its line)
     try:
         for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            line = event.start_mark.line + 1 if event.start_mark is not None else "?"
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 depth += 1
                 if depth > limit:
-                    line = event.start_mark.line + 1 if event.start_mark is not None else "?"
                     return f"nested deeper than {limit} levels (line {line}); nothing was read from it"
+                opened.append(event.anchor)
+                if event.anchor is not None:
+                    live[event.anchor] = (depth, int(line) if line != "?" else 0)
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                anchor = opened.pop()
+                if anchor is not None and live.get(anchor, (0, 0))[0] == depth:
+                    live[anchor] = (0, live[anchor][1])  # closed: an alias of it from now on is a plain copy
                 depth -= 1
+            elif isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
+                live[event.anchor] = (0, int(line) if line != "?" else 0)
+            elif isinstance(event, yaml.AliasEvent) and live.get(event.anchor, (0, 0))[0]:
+                return (f"the alias *{event.anchor} (line {line}) lies inside the anchor &{event.anchor} it names "
+                        f"(line {live[event.anchor][1]}): a recursive alias, a value that contains itself, which "
+                        "no reader can expand; nothing was read from it")
     except yaml.YAMLError:
         return None
     return None

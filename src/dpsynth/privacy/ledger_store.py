@@ -32,7 +32,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import getpass
 import os
+import socket
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -57,6 +61,8 @@ from dpsynth.privacy.releases import (
 LEDGER_ENV = "DPSYNTH_LEDGER"
 #: The params.yaml key naming it (second).
 LEDGER_KEY = "ledger_dir"
+#: After this many seconds waiting for the ledger's lock a job says so (another job is reserving or recording).
+LOCK_NOTICE_S = 3.0
 
 
 def default_dir() -> Path:
@@ -116,6 +122,7 @@ class ReleaseLedger:
     def __init__(self, folder: Path, source: str = "") -> None:
         self.folder, self.source = Path(folder), source
         self.path = self.folder / LEDGER_FILE
+        self.memo: Path | None = None  # where the job's workspace remembers its ledger (``check``)
 
     @classmethod
     def configured(cls, configured: str | None) -> ReleaseLedger:
@@ -125,25 +132,34 @@ class ReleaseLedger:
     def _fail(self, what: str) -> PrivacyError:
         return PrivacyError(f"release ledger {self.path} ({self.source}): {what}")
 
-    def check(self, *apart: tuple[str, str | Path]) -> None:
-        """Refuse, in one line and before any record is read, a ledger that cannot be written: its folder a
-        file, the file a folder or a symbolic-link loop, read-only; or one inside a folder a stage writes or a
-        clean-up deletes (``apart``: ``(option, folder)``). Creates the folder and the (empty) file if missing."""
-        real = Path(os.path.realpath(self.folder))
-        for opt, folder in apart:
-            f = Path(os.path.realpath(folder))
-            if real == f or real.is_relative_to(f):
-                raise self._fail(f"lies inside {opt} {folder}, which a re-run or `make clean-results` empties; keep "
-                                 "the ledger outside every workspace folder (nothing was read or written)")
+    def check(self, *apart: tuple[str, str | Path], workspace: str | Path | None = None,
+              private_roots: Sequence[str | Path] = ()) -> None:
+        """Before any record is read: refuse, in one line, a ledger that cannot be written -- its folder a file,
+        the file a folder or a symbolic-link loop, read-only -- or one inside a workspace (``ledger_place.
+        inside_workspace``: a folder a stage writes or a clean-up deletes, ``apart``: ``(option, folder)``, the
+        relative ones resolved against ``workspace``, the folder of params.yaml, and against the current folder;
+        or any workspace at all). Creates the folder and the (empty) file if missing. Then import an older
+        layout's ledger found under the workspace or ``private_roots`` (``ledger_place.import_old``). ``reserve``
+        then says in one line which ledger this job uses -- and, if ``workspace`` last used another, that it
+        changed (``ledger_place.announce``)."""
+        from dpsynth.privacy import ledger_place
+
+        problem = ledger_place.inside_workspace(self.folder, apart, workspace)
+        if problem:
+            raise self._fail(f"{problem}; keep the ledger outside every workspace folder (nothing was read or "
+                             "written)")
         with self._locked():
             pass
+        ledger_place.import_old(self, ledger_place.old_ledgers(workspace, private_roots))
+        self.memo = ledger_place.memo_file(workspace, private_roots)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
         """The ledger file open for appending, under its exclusive lock; every OS error one line."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            # the mode follows the umask (0o666 & ~umask): a folder a group shares works for each member
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
         except FileExistsError:
             what = "a symbolic link that leads nowhere (a loop, or a dangling link)" if self.folder.is_symlink() \
                 else "a file, not a folder"
@@ -152,10 +168,29 @@ class ReleaseLedger:
         except OSError as exc:
             raise self._fail(self._why(exc)) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._acquire(fd)
             yield fd
         finally:
             os.close(fd)  # drops the lock
+
+    def _acquire(self, fd: int) -> None:
+        """The ledger's exclusive lock on ``fd``: read, budget check and append happen under it, so two jobs
+        cannot both pass a budget that fits one. A job that waits for it says so after ``LOCK_NOTICE_S``."""
+        mode = fcntl.LOCK_EX
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        notice = threading.Timer(LOCK_NOTICE_S, lambda: print(
+            f"dpsynth: waiting for the release ledger's lock ({self.path}): another job is reserving or recording "
+            "a release there", file=sys.stderr, flush=True))
+        notice.daemon = True
+        notice.start()
+        try:
+            fcntl.flock(fd, mode)
+        finally:
+            notice.cancel()
 
     def _why(self, exc: OSError) -> str:
         why = {errno.ELOOP: "a symbolic link loop", errno.EISDIR: "a folder, not the ledger file",
@@ -218,7 +253,8 @@ class ReleaseLedger:
                 if mine:
                     out.append(Held(mine[-1], adopted=True))
                     continue
-                entry = replace(w.entry, status=PENDING, id=uuid.uuid4().hex)
+                entry = replace(w.entry, status=PENDING, id=uuid.uuid4().hex, pid=os.getpid(),
+                                host=socket.gethostname())
                 budget = budgets.get(entry.dataset)
                 if budget is not None:
                     check_budget(entry.dataset, budget, known + new, damaged, (entry.epsilon, entry.delta), what)
@@ -226,6 +262,10 @@ class ReleaseLedger:
                 out.append(Held(entry, adopted=False))
             if new:
                 self._write(fd, new)
+        if wanted:
+            from dpsynth.privacy.ledger_place import announce
+
+            announce(self, self.memo)
         return out
 
     def settle(self, reservation: Release, status: str, release: Release | None = None) -> None:
@@ -235,6 +275,39 @@ class ReleaseLedger:
             raise ValueError(f"settle: {status!r} with release={release is not None}")
         self.append(replace(release or reservation, status=status, id=reservation.id, key=reservation.key, line=0,
                             time=now()))
+
+    def unsettled(self) -> list[Release]:
+        """Every reservation no job confirmed (pending or failed: counted), in order."""
+        known, _ = self.read()
+        return [r for r in known if r.status in (PENDING, FAILED)]
+
+    def settle_by_hand(self, ident: str, why: str, no_noise: bool) -> Release:
+        """A person settles a reservation whose job will never settle it (killed): by an appended line naming who
+        settled it, when and why. It becomes ``failed`` -- still counted, its noise may have been drawn -- or,
+        only when ``no_noise`` says in so many words that the job drew none, ``cancelled`` (no longer counted).
+        ``ident``: the entry's id or a unique prefix of it. Refused, in one line, for an unknown or ambiguous id,
+        an empty reason, or a reservation whose job still runs on this machine."""
+        if not why.strip():
+            raise self._fail("settling a reservation needs a reason (--why): the ledger keeps who settled it and why")
+        with self._locked() as fd:
+            known, _ = self._read_locked(fd)
+            match = [r for r in known if r.status in (PENDING, FAILED) and ident and r.id.startswith(ident)]
+            if len(match) != 1:
+                raise self._fail(f"{len(match) or 'no'} unsettled reservation(s) have an id starting {ident!r}; "
+                                 "`dpsynth privacy ledger` lists them with their ids")
+            r = match[0]
+            if r.status == FAILED and not no_noise:
+                raise self._fail(f"{r.stage} {r.name} (id {r.id[:8]}) is already failed: counted, nothing to settle")
+            if r.host == socket.gethostname() and _running(r.pid):
+                raise self._fail(f"{r.stage} {r.name} (id {r.id[:8]}) is held by pid {r.pid}, a dpsynth job still "
+                                 "running on this machine: it settles its own reservation (stop it first)")
+            who = f"{getpass.getuser()}@{socket.gethostname()}"
+            said = ("the user states no noise was drawn: no longer counted" if no_noise else
+                    "still counted: its noise may have been drawn")
+            entry = replace(r, status=CANCELLED if no_noise else FAILED, time=now(), line=0, pid=os.getpid(),
+                            host=socket.gethostname(), note=f"settled by hand by {who} ({said}): {why.strip()}")
+            self._write(fd, [entry])
+        return entry
 
     def record_found(self, entry: Release) -> bool:
         """A release found on disk (``entry``, confirmed, with its hash): nothing if the ledger already holds that
@@ -248,6 +321,25 @@ class ReleaseLedger:
                      and r.key == entry.key]
             ident = open_[-1].id if open_ else uuid.uuid4().hex
             self._write(fd, [replace(entry, status=CONFIRMED, id=ident)])
+        return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a dpsynth job running on this machine (its command line names dpsynth; a pid the
+    system reused for another program is not)."""
+    if pid <= 0:
+        return False
+    try:
+        return b"dpsynth" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: whether the process exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
 
 

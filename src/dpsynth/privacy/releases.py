@@ -47,7 +47,7 @@ STATUSES = (PENDING, CONFIRMED, FAILED, CANCELLED)
 COUNTED = (PENDING, CONFIRMED, FAILED)
 
 _TEXT_FIELDS = ("dataset", "stage", "name", "mechanism", "neighbours", "output", "sha256", "time", "note", "id",
-                "key")
+                "key", "host", "origin")
 _REQUIRED = ("dataset", "stage", "name", "epsilon", "delta", "output", "sha256")
 
 
@@ -73,6 +73,9 @@ class Release:
     status: str = CONFIRMED
     id: str = ""
     key: str = ""
+    pid: int = 0  # the job that wrote a reservation, and its machine: who holds a pending entry (0, "": unknown)
+    host: str = ""
+    origin: str = ""  # an entry imported from an older ledger: that file and line (``ledger_place``)
     line: int = 0  # where it was read from (1-based; not written)
 
     @property
@@ -105,6 +108,9 @@ class Release:
         d["epsilon"] = _number(d["epsilon"], "epsilon", upper=math.inf)
         d["delta"] = _number(d["delta"], "delta", upper=1.0)
         d["rdp"] = _rdp(d.get("rdp"))
+        pid = d.get("pid", 0)
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+            raise ValueError(f"pid is {type(pid).__name__} {pid!r}, not a process id")
         status = d.setdefault("status", CONFIRMED)
         if status not in STATUSES:
             raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -163,6 +169,16 @@ class Damaged:
 def describe_damaged(damaged: Sequence[Damaged]) -> str:
     """``damaged ledger line(s) <file> line 3 (why), ...`` -- what a composition and a refusal say."""
     return "damaged ledger line(s) " + "; ".join(str(d) for d in damaged)
+
+
+def describe_unsettled(unsettled: Sequence[Release]) -> str:
+    """The reservations no job confirmed, each with the job that made it (stage, name), when, its process and
+    machine and its id -- what a refusal says apart from the confirmed releases, so a person can tell a running
+    job from a killed one and settle it (``dpsynth privacy ledger``)."""
+    each = "; ".join(f"{r.status} {r.stage} {r.name} reserved {r.time} by pid {r.pid or '?'} on "
+                     f"{r.host or 'an unknown host'}, id {r.id[:8] or f'line {r.line}'}" for r in unsettled)
+    return (f"{len(unsettled)} reservation(s) never confirmed, counted as spent because their noise may have been "
+            f"drawn: {each}; a job that is no longer running can be settled with `dpsynth privacy ledger`")
 
 
 def parse(text: str, path: str) -> tuple[list[Release], list[Damaged]]:
@@ -249,8 +265,10 @@ def check_budget(dataset: str, budget: Any, releases: list[Release], damaged: Se
         limit = f"ε {budget.epsilon:g}" + (f", δ {budget.delta:g}" if budget.delta is not None else "")
         why = f" ({describe_damaged(damaged)}: a line that is no entry counts as a release without a guarantee; " \
               "repair it)" if damaged else ""
+        unsettled = [r for r in releases if r.dataset == dataset and r.status in (PENDING, FAILED)]
+        held = f" ({spent.count - len(unsettled)} confirmed; {describe_unsettled(unsettled)})" if unsettled else ""
         raise PrivacyError(f"total_budgets.{dataset}: {what} refused before any noise is drawn: {spent.count} "
                            f"release(s) of {dataset} spent ε {spent.epsilon:.4g}"
-                           + ("" if math.isnan(spent.delta) else f", δ {spent.delta:.3g}") + why
+                           + ("" if math.isnan(spent.delta) else f", δ {spent.delta:.3g}") + held + why
                            + f"; this release would add ε {adds[0]:.4g}, δ {adds[1]:.3g} -- past the total budget "
                            f"({limit})")

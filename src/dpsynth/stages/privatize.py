@@ -70,7 +70,8 @@ def privatize(params: Params, experiment: str, source: str = DEFAULT_PARAMS) -> 
     src = root / "processed" / f"{exp.dataset}.npz"
     npz_path, json_path = privatized_paths(root, experiment)
     ledger = ReleaseLedger.configured(params.ledger_dir)
-    ledger.check(("data.root", root), *CLEANED_FOLDERS)  # before the records are read: one that cannot record
+    ledger.check(("data.root", root), *CLEANED_FOLDERS,  # before the records are read: one that cannot record
+                 workspace=Path(source).resolve().parent)
     held = announce_release(params, experiment, exp.dataset, local, npz_path, json_path, ledger)
     drawn = False
     with settled(ledger, held, lambda: drawn):

@@ -92,7 +92,8 @@ def context_and_ledger(experiment: str, *, out: str, private_out: str, params_fi
         ledger = RunLedger(ReleaseLedger.configured(params.ledger_dir), params, run, experiment, private_dir,
                            Path(out) / experiment / GENERATOR_FILE)
         ledger.check(private_dir / CHECKPOINT_FILE, ("--out", out), ("--private-out", private_out),
-                     ("data.root", params.data.root), *CLEANED_FOLDERS)
+                     ("data.root", params.data.root), *CLEANED_FOLDERS, workspace=Path(params_file).resolve().parent,
+                     private_roots=(private_out,))
     if run.experiment.local is not None and not run.data.is_file():
         raise DpsynthError(f"{run.data}: privatized data not found (run `dpsynth privatize {experiment}`)")
     full = load_processed(run.data)

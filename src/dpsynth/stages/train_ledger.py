@@ -68,13 +68,14 @@ class RunLedger:
                        epsilon=self.cost[0], delta=self.cost[1], neighbours="", output=os.path.abspath(self.generator),
                        sha256="", note=self.note, key=self.key)
 
-    def check(self, checkpoint: Path, *apart: tuple[str, str | Path]) -> None:
-        """Before any record is read: the ledger can record (``ReleaseLedger.check``), and a run with no
+    def check(self, checkpoint: Path, *apart: tuple[str, str | Path], **where: Any) -> None:
+        """Before any record is read: the ledger can record and lies in no workspace, an older layout's ledger
+        imported (``ReleaseLedger.check``, ``where``: its ``workspace`` and ``private_roots``), and a run with no
         checkpoint yet -- one that will draw fresh noise -- fits its dataset's total budget (checked again, under
         the lock, when it reserves)."""
         from dpsynth.privacy.releases import check_budget
 
-        self.ledger.check(*apart)
+        self.ledger.check(*apart, **where)
         budget = self.budgets.get(self.dataset)
         if self.cost is None or budget is None or checkpoint.is_file():
             return

@@ -225,6 +225,13 @@ def test_a_rate_that_is_not_finite_positive_and_in_range_is_one_line(paper, root
     assert "\n" not in str(err.value) and len(str(err.value)) < 200
 
 
+def test_a_thread_count_that_is_not_one_is_one_line(paper, root: Path) -> None:
+    book = root / "benchmarks/costs.yaml"
+    book.write_text(book.read_text().replace("    steps_per_s: 8.5\n    threads: 1\n", "    steps_per_s: 8.5\n    threads: two\n"))
+    with pytest.raises(ConfigError, match=rf"^{book}: costs\.dp_sinkhorn_quick_cpu\.threads: 'two' is not a thread count"):
+        target_budget(paper, "iclr_table1", root=root)
+
+
 def test_a_measurement_file_with_an_infinite_rate_is_one_line(paper, root: Path) -> None:
     slice_file = root / COMMITTED_SLICE
     slice_file.write_text(slice_file.read_text().replace('"steps_per_s": 257.78', '"steps_per_s": Infinity'))

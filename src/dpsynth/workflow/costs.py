@@ -78,6 +78,12 @@ def _number(value: Any, where: str, unit: str) -> float:
     return float(value)
 
 
+def _threads(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise ConfigError(f"{where}: {value!r} is not a thread count from 1 to 1024")
+    return value
+
+
 def _read_key(data: Any, key: str, file: str, where: str) -> Any:
     value: Any = data
     for part in key.split("."):
@@ -188,7 +194,7 @@ def load_costs(path: str | Path = DEFAULT_COSTS, root: Path = Path(".")) -> list
             hours=_number(e["hours"], f"{where}.hours", "hours") if "hours" in e else None,
             reference={k: _number(v, f"{where}.reference.{k}", "reference")
                        for k, v in (e.get("reference") or {}).items()},
-            scale_by=e.get("scale_by"), threads=int(e["threads"]) if "threads" in e else None)
+            scale_by=e.get("scale_by"), threads=_threads(e["threads"], f"{where}.threads") if "threads" in e else None)
         if cost.scale_by is not None and not ("like" in e or cost.scale_by in cost.reference):
             raise ConfigError(f"{where}.reference: scale_by {cost.scale_by} needs reference.{cost.scale_by}")
         if "packed" in e:

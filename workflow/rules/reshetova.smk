@@ -77,3 +77,10 @@ rule reshetova_mnist:
     shell:
         "dpsynth report --params {params.run_params} --tables {output.tables} --figures {output.figures}"
         " > {log} 2>&1"
+
+
+# The same figures decided on one GPU -- ten runs per cell, 20,000 steps, the packed trainer
+# (methods/entropic_wgan/packed.py) -- are the build target of two tables, reshetova_fig11_mnist_gpu and
+# local_privacy_w2_mnist_gpu (target: reshetova_mnist_gpu), built by targets.smk like every paper table:
+#   snakemake reshetova_mnist_gpu --cores all --config scale=paper_gpu
+# `dpsynth workflow budget reshetova_mnist_gpu --scale paper_gpu` prints its plan and time (docs/reshetova-mnist.md).

@@ -44,18 +44,16 @@ def test_the_queries_together_are_one_gaussian_mechanism_of_the_accounted_sigma(
 
 
 def test_the_released_noise_has_the_stds_the_accountant_was_told(digits) -> None:
-    """The released statistics minus the same statistics computed here without noise: the second moment's
-    306,936 upper-triangle values and the sums' 7,840 values have the stds of ``query_stds``. Tolerance: the
-    relative standard error of a sample std of k normal values is 1 / sqrt(2k): 0.13 % and 0.8 %; 2 % and 5 %
-    are more than 6 of them, while a sigma off by a factor of 2 (or noise left off) is 50 % off or more."""
+    """The released statistics minus the same statistics computed here without noise: the sums' 7,840 values and
+    the projected second moments' 150 upper-triangle values have the stds of ``query_stds``. Tolerance: the
+    relative standard error of a sample std of k normal values is 1 / sqrt(2k): 0.8 % and 5.8 %; 5 % and 15 % are
+    over 2.5 of them, while a sigma off by a factor of 2 (or noise left off) is 50 % off or more. (The global
+    second moment is released only through its eigenvectors here, so its noise is not seen directly.)"""
     x, y, c = digits
     sigma = 0.8
     stats = release_statistics(x, y, c, sigma=sigma, rank=5, rng=np.random.default_rng(0))
     z = x / math.sqrt(x.shape[1])  # images in [0, 1]: already in the unit ball
     s = query_stds(sigma)
-    iu = np.triu_indices(x.shape[1])
-    # the second moment itself is not returned; its noise shows in nothing released but the basis, so the
-    # projected moments and the sums carry the test: both are queries on the records, noised independently
     sums = np.stack([z[y == k].sum(axis=0) for k in range(c)])
     assert np.std(stats["sums"] - sums) == pytest.approx(s["sums"], rel=0.05)
     proj = z @ stats["basis"]
@@ -67,7 +65,6 @@ def test_the_released_noise_has_the_stds_the_accountant_was_told(digits) -> None
     assert np.allclose(stats["projected"], np.transpose(stats["projected"], (0, 2, 1)))  # mirrored, not twice noised
     counts = np.bincount(y, minlength=c)
     assert np.abs(stats["counts"] - counts).max() < 6 * s["counts"]
-    assert len(iu[0]) == 784 * 785 // 2
 
 
 def _release(digits, tmp_path: Path, *, noise: NoiseSource, budgets=None, name: str = "b", eps: float = 10.0):

@@ -225,6 +225,16 @@ def test_a_rate_that_is_not_finite_positive_and_in_range_is_one_line(paper, root
     assert "\n" not in str(err.value) and len(str(err.value)) < 200
 
 
+def test_a_packed_entry_prices_train_sweep_jobs_only(paper, root: Path) -> None:
+    book = root / "benchmarks/costs.yaml"
+    text = book.read_text()
+    assert text.count("    stage: train_sweep\n") == 1
+    book.write_text(text.replace("    stage: train_sweep\n", "    stage: train\n"))
+    with pytest.raises(ConfigError, match=r"costs\.dp_sinkhorn_packed_gpu: packed prices a train_sweep job and "
+                                          r"nothing else"):
+        target_budget(paper, "neurips_table4", root=root)
+
+
 def test_a_thread_count_that_is_not_one_is_one_line(paper, root: Path) -> None:
     book = root / "benchmarks/costs.yaml"
     book.write_text(book.read_text().replace("    steps_per_s: 8.5\n    threads: 1\n", "    steps_per_s: 8.5\n    threads: two\n"))

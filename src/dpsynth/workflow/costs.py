@@ -195,6 +195,8 @@ def load_costs(path: str | Path = DEFAULT_COSTS, root: Path = Path(".")) -> list
             reference={k: _number(v, f"{where}.reference.{k}", "reference")
                        for k, v in (e.get("reference") or {}).items()},
             scale_by=e.get("scale_by"), threads=_threads(e["threads"], f"{where}.threads") if "threads" in e else None)
+        if "packed" in e and cost.stages != ("train_sweep",):
+            raise ConfigError(f"{where}: packed prices a train_sweep job and nothing else (stage: train_sweep, alone)")
         if cost.scale_by is not None and not ("like" in e or cost.scale_by in cost.reference):
             raise ConfigError(f"{where}.reference: scale_by {cost.scale_by} needs reference.{cost.scale_by}")
         if "packed" in e:

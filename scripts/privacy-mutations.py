@@ -40,6 +40,7 @@ LEDGER_TESTS = ['-x', 'tests/test_ledger_reservations.py', 'tests/test_ledger_re
 FAULTS = 'tests/test_ledger_faults.py::'
 RACE = [FAULTS + 'test_two_jobs_held_between_reading_the_ledger_and_reserving_cannot_both_pass_a_budget_for_one']
 WHERE = ['tests/test_ledger_faults.py', '-k', 'any_folder_of_the_workspace']
+UPKEEP = ['tests/test_ledger_upkeep.py']  # the older layout, pending entries, the lock's notice, file modes
 M = [
  ("sigma/2 in the DP-Sinkhorn step", "src/dpsynth/methods/dp_sinkhorn/run.py",
   "sigma=sigma if private and h.sanitizer == \"image\" else None, q=q)", "sigma=sigma / 2 if private and h.sanitizer == \"image\" else None, q=q)"),
@@ -206,6 +207,20 @@ M = [
  ("ledger: the workspace's folders resolved against the current folder only", "src/dpsynth/privacy/ledger_place.py",
   "    bases = [Path.cwd()] + ([Path(workspace)] if workspace is not None else [])", "    bases = [Path.cwd()]",
   WHERE),
+ ("ledger: an older layout's workspace ledger (private/ledger/releases.jsonl) not imported",
+  "src/dpsynth/privacy/ledger_store.py",
+  "        ledger_place.import_old(self, ledger_place.old_ledgers(workspace, private_roots))\n", "",
+  UPKEEP + ['-k', 'older_layout']),
+ ("ledger: an older layout's lines imported again by every job", "src/dpsynth/privacy/ledger_place.py",
+  "            new = [e for e in entries if e.origin not in have]", "            new = entries",
+  UPKEEP + ['-k', 'older_layout']),
+ ("ledger: a refusal does not name the pending reservations apart from confirmed releases",
+  "src/dpsynth/privacy/releases.py", "if unsettled else \"\"\n", "if False else \"\"\n",
+  UPKEEP + ['-k', 'killed']),
+ ("ledger: a reservation settled by hand stops counting without --no-noise-drawn", "src/dpsynth/privacy/ledger_store.py",
+  "status=CANCELLED if no_noise else FAILED", "status=CANCELLED", UPKEEP + ['-k', 'killed']),
+ ("ledger: the ledger file created 0600 whatever the umask (a group's folder refuses all but its creator)",
+  "src/dpsynth/privacy/ledger_store.py", "os.O_CREAT, 0o666)", "os.O_CREAT, 0o600)", UPKEEP + ['-k', 'umask']),
  # bad input that hung every reader of params.yaml (issue 71 item 2): each test runs under a timeout
  ("params.yaml: a recursive alias not named by the event scan", "src/dpsynth/config/loader.py",
   "            elif isinstance(event, yaml.AliasEvent) and live.get(event.anchor, (0, 0))[0]:",

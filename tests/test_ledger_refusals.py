@@ -270,3 +270,34 @@ def test_private_out_of_privatize_and_report_is_one_line(
     with pytest.raises(SystemExit):
         main([stage, "--help"])
     assert "--private-out" not in capsys.readouterr().out  # not offered
+
+
+@pytest.mark.parametrize("kind, why", [("file", "is a file, not a folder"), ("loop", "is a symbolic link loop"),
+                                       ("dangling", "is a symbolic link that leads nowhere"),
+                                       ("unreadable", "is a folder that cannot be read (Permission denied)")])
+def test_report_names_what_is_wrong_with_its_private_root(
+        tmp_path: Path, manifold: Path, kind: str, why: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsynth report --private-root` on a file, a symbolic-link loop, a dangling link or an unreadable folder said
+    "not readable JSON; re-run dpsynth evaluate" (issue 71 item 6): it names what is wrong with the folder, in one
+    line, before any table is written."""
+    _privatize_ws(tmp_path, manifold)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "priv"
+    if kind == "file":
+        root.write_text("not a folder")
+    elif kind == "loop":
+        os.symlink(root, root)
+    elif kind == "dangling":
+        os.symlink(tmp_path / "nowhere", root)
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root reads every folder: an unreadable one cannot be made")
+        root.mkdir(mode=0o000)
+    try:
+        _one_line(main(["report", "--private-root", str(root)]), capsys.readouterr().err,
+                  f"--private-root {root}: {why}", "evaluate jobs wrote")
+    finally:
+        if kind == "unreadable":
+            root.chmod(0o700)
+    assert not (tmp_path / "results" / "tables").exists()

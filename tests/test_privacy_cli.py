@@ -46,3 +46,20 @@ def test_sigma_command(capsys) -> None:
 def test_bad_input_exit_2_with_message(argv: str, capsys) -> None:
     assert main(argv.split()) == 2
     assert "dpsynth: error:" in capsys.readouterr().err
+
+
+def test_privacy_ledger_lists_an_empty_ledger_and_refuses_bad_settles_in_one_line(
+        tmp_path, release_ledger, monkeypatch, capsys) -> None:
+    """`dpsynth privacy ledger` (issue 71 item 5) on an empty ledger, and its refusals: --why without --settle, an
+    id no unsettled reservation has, a missing --params file. Settling a real reservation: test_ledger_upkeep."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["privacy", "ledger"]) == 0
+    out = capsys.readouterr().out
+    assert f"release ledger {release_ledger / 'releases.jsonl'} ($DPSYNTH_LEDGER)" in out
+    assert "no reservation is waiting to be settled" in out
+    for argv, said in ((["--why", "x"], "--why and --no-noise-drawn go with --settle ID"),
+                       (["--settle", "abc", "--why", "gone"], "no unsettled reservation(s) have an id starting 'abc'"),
+                       (["--params", "nope.yaml"], "--params nope.yaml: no such parameters file")):
+        assert main(["privacy", "ledger", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("dpsynth: error: ") and said in err[0], err

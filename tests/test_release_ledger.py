@@ -250,3 +250,14 @@ def test_train_records_its_release_and_a_budget_refuses_the_next_before_any_step
                           f"drawn: 1 release(s) of digits28 spent ε {eps:.4g}"), err
     assert ledger.path.read_bytes() == text
     assert gen.read_bytes() == before  # nothing released
+
+
+def test_the_release_rule_names_the_one_page_report_never_pushed() -> None:
+    """results/report.html embeds the real-data rows and every table: whatever makes it a DVC output, the one
+    release rule keeps it off every remote (cached, like the tables and figures it quotes)."""
+    from dpsynth.paths import REPORT_OUTPUTS, release_rule
+
+    assert "results/report.html" in REPORT_OUTPUTS
+    rule = release_rule("results/report.html")
+    assert rule.cache and not rule.push and "noise-free" in rule.why
+    assert release_rule("results/runs/x/metrics.json").push  # (the runs beside it are released)

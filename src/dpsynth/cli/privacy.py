@@ -1,4 +1,5 @@
-"""`dpsynth privacy steps|epsilon|sigma`: every accountant and convention side by side.
+"""`dpsynth privacy steps|epsilon|sigma`: every accountant and convention side by side; `dpsynth privacy ledger`:
+the release ledger's reservations no job confirmed, and settling one by hand.
 
 Users plan runs with this (how many steps fit in epsilon 10? what sigma do I need?),
 and a table that shows the papers' classic number next to the tighter modern one (and,
@@ -43,8 +44,9 @@ METHODS = _Calculators()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("privacy", help="privacy accounting: steps, epsilon or sigma under every convention")
-    sub = p.add_subparsers(dest="privacy_command", metavar="{steps,epsilon,sigma}")
+    p = subparsers.add_parser("privacy", help="privacy accounting: steps, epsilon or sigma under every convention; "
+                                              "the release ledger's unsettled reservations")
+    sub = p.add_subparsers(dest="privacy_command", metavar="{steps,epsilon,sigma,ledger}")
     sub.required = True
     specs = {
         "steps": ("largest number of steps within a target (epsilon, delta)", ("sigma", "epsilon")),
@@ -71,6 +73,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sp.add_argument("--pld", action="store_true", help="also run the PLD accountant (slower)")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         sp.set_defaults(func=handle)
+    lp = sub.add_parser("ledger", help="the release ledger: what each dataset spent, and every reservation no job "
+                                       "confirmed (a running or killed job); --settle one whose job is gone")
+    lp.add_argument("--params", default="params.yaml", metavar="FILE",
+                    help="parameters file naming ledger_dir (default: ./params.yaml when present)")
+    lp.add_argument("--settle", metavar="ID", help="settle this reservation (its id, or a unique prefix of it) by an "
+                    "appended line naming you and --why: it then counts as failed (its noise may have been drawn)")
+    lp.add_argument("--why", default="", help="why it is settled (required with --settle; kept in the ledger)")
+    lp.add_argument("--no-noise-drawn", action="store_true",
+                    help="with --settle: you know its job drew no noise, so it stops counting (cancelled)")
+    lp.set_defaults(func=handle_ledger)
 
 
 def _answer(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,4 +119,50 @@ def handle(args: argparse.Namespace) -> int:
         print(f"{k:<{max(width, 25)}}{val}")
     if note:
         print(note)
+    return 0
+
+
+def handle_ledger(args: argparse.Namespace) -> int:
+    """List the ledger's datasets and unsettled reservations, or settle one (``ReleaseLedger.settle_by_hand``)."""
+    from pathlib import Path
+
+    from dpsynth.errors import ConfigError
+    from dpsynth.privacy.ledger_store import ReleaseLedger
+    from dpsynth.privacy.releases import CONFIRMED, compose
+
+    if args.settle is None and (args.why or args.no_noise_drawn):
+        raise ConfigError("--why and --no-noise-drawn go with --settle ID")
+    configured = None
+    if Path(args.params).is_file():
+        from dpsynth.config import load_params
+
+        configured = load_params(args.params).ledger_dir
+    elif args.params != "params.yaml":
+        raise ConfigError(f"--params {args.params}: no such parameters file")
+    ledger = ReleaseLedger.configured(configured)
+    if args.settle is not None:
+        entry = ledger.settle_by_hand(args.settle, args.why, args.no_noise_drawn)
+        print(f"release ledger {ledger.path}: {entry.stage} {entry.name} (id {entry.id[:8]}) settled as "
+              f"{entry.status} -- {entry.note}")
+        return 0
+    known, damaged = ledger.read()
+    print(f"release ledger {ledger.path} ({ledger.source.split(';')[0]})")
+    for d in damaged:
+        print(f"  damaged: {d} -- counts as a release without a guarantee for every dataset until repaired")
+    for dataset in sorted({r.dataset for r in known}):
+        mine = [r for r in known if r.dataset == dataset]
+        total = compose(mine, damaged)
+        counts = ", ".join(f"{sum(r.status == s for r in mine)} {s}" for s in (CONFIRMED, "pending", "failed"))
+        eps = "∞" if total.epsilon == float("inf") else f"{total.epsilon:.4g}"
+        print(f"{dataset}: {counts}; every release composed: ε {eps} ({total.how})")
+    unsettled = ledger.unsettled()
+    if not unsettled:
+        print("no reservation is waiting to be settled")
+        return 0
+    print("not confirmed, counted as spent until settled (their noise may have been drawn):")
+    for r in unsettled:
+        print(f"  id {r.id[:8] or '(none)'}  {r.status:<7}  {r.stage} {r.name} ({r.dataset}, ε {r.epsilon:g})  "
+              f"reserved {r.time} by pid {r.pid or '?'} on {r.host or 'an unknown host'}")
+    print("a reservation whose job is gone: dpsynth privacy ledger --settle ID --why '...' (it then counts as failed); "
+          "add --no-noise-drawn only if you know that job drew no noise (it then stops counting)")
     return 0

@@ -9,8 +9,42 @@ from dpsynth.cli.common import add_ledger_moved_arg, add_params_arg, params_from
 from dpsynth.stages.report import run_report
 
 
+def check_private_root(root: str) -> None:
+    """Refuse, in one line naming what is wrong with it, a ``--private-root`` that cannot be read as a folder: a
+    file, a symbolic-link loop or dangling link, an unreadable folder. (Read later, each of these surfaced as a
+    kept statistic's "not readable JSON; re-run dpsynth evaluate", which sent the user the wrong way.) A folder
+    that does not exist is fine: nothing was kept there, and the tables say so."""
+    import errno
+    import os
+
+    from dpsynth.errors import DpsynthError
+
+    why = None
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        why = None if not os.path.islink(root) else "a symbolic link that leads nowhere (dangling)"
+    except OSError as exc:
+        why = "a symbolic link loop" if exc.errno == errno.ELOOP else \
+            f"cannot be read ({os.strerror(exc.errno) if exc.errno else exc})"
+    else:
+        import stat
+
+        if not stat.S_ISDIR(st.st_mode):
+            why = "a file, not a folder"
+        else:
+            try:
+                os.listdir(root)
+            except OSError as exc:
+                why = f"a folder that cannot be read ({os.strerror(exc.errno) if exc.errno else exc})"
+    if why is not None:
+        raise DpsynthError(f"--private-root {root}: is {why}; give the folder the evaluate jobs wrote their private "
+                           "files to (default: private), readable by you (nothing was read or written)")
+
+
 def _report(args: argparse.Namespace) -> int:
     refuse_ledger_moved(args, "report")
+    check_private_root(args.private_root)
     params = params_from_args(args)
     assert params is not None
     return run_report(params, results=args.results, models=args.models, tables=args.tables, figures=args.figures,

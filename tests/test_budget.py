@@ -320,6 +320,15 @@ def test_the_gpu_hours_docs_gpu_cluster_states_are_the_budgets(paper) -> None:
         assert (int(jobs), gpu, unmeasured, cpu) == (
             len(budget.jobs), f"{budget.gpu_hours():.1f}", f"{budget.gpu_hours('no measurement'):.1f}",
             f"{budget.cpu_hours():.1f}"), target
+    # the example printout of step 2 and the train_sweep hours step 4 sizes the submission by
+    t4 = target_budget(paper, "neurips_table4", root=REPO)
+    shown = render_budget(t4).splitlines()
+    for line in shown[:4] + [ln for ln in shown if ln.lstrip().startswith(("train_sweep pm_mnist", "train x19",
+                                                                          "evaluate x19"))]:
+        head = re.sub(r"\s+", " ", line.strip())[:60]
+        assert head in re.sub(r"[ \t]+", " ", text), line
+    (sweep,) = [j for j in t4.jobs if j.stage == "train_sweep"]
+    assert f"The budget's {sweep.hours:.1f} hours for the `train_sweep` job" in text
 
 
 @pytest.mark.pipeline

@@ -107,3 +107,19 @@ def test_the_w2_table_shows_the_baseline_rows_and_their_claims(tmp_path) -> None
     claims = [n for n in built.notes if n.startswith("Claim (ours, issue 69)")]
     assert len(claims) == 1 and "Ours: holds" in claims[0] and "paired by seed" in claims[0]
     assert any(n.startswith("Ours: the 'baseline' rows are trivial generators") for n in built.notes)
+
+
+def test_fig11s_baseline_claim_is_per_n_and_unpaired() -> None:
+    """Fig. 11's runs (one loss) against baselines per n: Welch (a baseline's privatization is another noise
+    instance), the runs at the most steps taken as the step check of their n."""
+    from dpsynth.report.tables.baselines import train_size_baseline_claims
+
+    runs = pd.DataFrame([{"n": n, "seed": s, "steps": st, "w2": w + 0.01 * s}
+                         for n, w in ((1000, 13.3), (60000, 12.3)) for s in range(3) for st in (5000,)]
+                        + [{"n": 60000, "seed": s, "steps": 10000, "w2": 11.9 + 0.01 * s} for s in range(3)])
+    bases = pd.DataFrame([{"baseline": K10, "n": n, "seed": s, "w2": w + 0.01 * s}
+                          for n, w in ((1000, 14.5), (60000, 11.0)) for s in range(3)])
+    notes = train_size_baseline_claims(runs, bases, source="ours")
+    assert len(notes) == 1 and "Ours: does not hold" in notes[0]  # at n = 60,000 the codebook is closer, kept at 10k
+    assert "n=1,000: entropic - " + K10 in notes[0] and "Welch" in notes[0] and "paired" not in notes[0]
+    assert "no run at 10,000 steps (n=1,000)" in notes[0]

@@ -20,7 +20,7 @@ import numpy as np
 from dpsynth.evaluate.w2 import W2_DRAWS, privatized_records, score_sampler
 from dpsynth.methods.local_baselines import Baseline, fit_local_baselines
 
-__all__ = ["BASELINE", "SWEEP_PRIVACY", "baseline_rows", "sweep_baseline_rows", "sampler"]
+__all__ = ["BASELINE", "SWEEP_PRIVACY", "baseline_rows", "sweep_baseline_rows", "sampler", "scored_like_a_run"]
 
 #: The role of a baseline's row in a sweep's CSV (beside ``figure``, ``step_check``, ``reference``).
 BASELINE = "baseline"
@@ -72,3 +72,28 @@ def sweep_baseline_rows(clean_train: np.ndarray, clean_ref: np.ndarray, noise_le
                 if on_row is not None:
                     on_row(row)
     return rows
+
+
+def scored_like_a_run(model: Baseline, real: Any, *, record_shape: tuple[int, ...], n_synthetic: int, n_sets: int,
+                      seed: int) -> dict[str, Any]:
+    """A baseline scored as a run's evaluate stage scores its generator (``metrics.json``'s ``w2`` record, e.g.
+    Reshetova et al.'s Fig. 11 cells): ``n_sets`` synthetic sets of ``n_synthetic`` records, images stored as the
+    sampling stage stores a generator's (``sampling.to_storage``: uint8), then ``metrics.w2_scores`` (the W2 to the
+    clean test split) and, for images, ``closeness.closeness_of_sets`` (KID, precision, recall)."""
+    import torch
+
+    from dpsynth.evaluate.closeness import closeness_of_sets
+    from dpsynth.evaluate.metrics import w2_scores
+    from dpsynth.evaluate.sampling import to_storage
+
+    image = len(record_shape) >= 2
+    draw = sampler(model)
+    sets = []
+    for k in range(n_sets):
+        x = torch.from_numpy(draw(n_synthetic, seed + 1 + 7919 * k))
+        sets.append(to_storage(x.reshape(n_synthetic, *record_shape), "tanh") if image
+                    else to_storage(x, "identity"))
+    out = w2_scores(sets, real)
+    if image:
+        out["closeness"] = closeness_of_sets(sets, real.x_test, real.y_test, real.num_classes)
+    return out

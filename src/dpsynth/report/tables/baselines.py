@@ -72,52 +72,64 @@ def baseline_records(rows: pd.DataFrame, *, run: str, scale: str, paper_cell: st
     return out
 
 
-def _levels(rows: pd.DataFrame, column: str, scale: float) -> dict[float, dict[str, Estimate]]:
+def _sigma(v: float) -> str:
+    return f"σ={v:g}"
+
+
+def _levels(rows: pd.DataFrame, column: str, scale: float, level: str, shares: str
+            ) -> dict[float, dict[str, Estimate]]:
     rows = rows[rows[column].notna()].assign(**{column: lambda d: scale * d[column].astype(float)})
-    return {float(noise): {str(name): estimate_of_rows(h, column, BASELINE_SHARES) for name, h in g.groupby("loss")}
-            for noise, g in rows.groupby("noise")}
+    return {float(v): {str(name): estimate_of_rows(h, column, shares) for name, h in g.groupby("loss")}
+            for v, g in rows.groupby(level)}
 
 
 def closer_than_baselines(generators: pd.DataFrame, baselines: pd.DataFrame, column: str, rule: str, *,
-                          scale: float = 1.0, checks: pd.DataFrame | None = None) -> Verdict | None:
-    """At every noise level with both, each generator (loss) minus the best baseline on ``column`` (``rule``:
-    ``less`` or ``greater``, the generator closer), combined over losses and levels (``claims.all_of``); each
-    decided difference step-checked on itself against ``checks`` (the generators at twice the steps) when given.
-    None when no level has both a generator and a baseline with the measure."""
+                          scale: float = 1.0, checks: pd.DataFrame | None = None, level: str = "noise",
+                          label: Callable[[float], str] = _sigma, shares: str = BASELINE_SHARES) -> Verdict | None:
+    """At every level (column ``level``: the noise σ, or Fig. 11's n) with both, each generator (loss) minus the
+    best baseline on ``column`` (``rule``: ``less`` or ``greater``, the generator closer), combined over losses
+    and levels (``claims.all_of``); each decided difference step-checked on itself against ``checks`` (the
+    generators at twice the steps) when given. ``shares``: what one seed fixes for a generator and its baseline
+    (paired by seed); "" when their seeds share nothing (Welch). None when no level has both with the measure."""
     if column not in generators or column not in baselines:
         return None
-    gens, bases = _levels(generators, column, scale), _levels(baselines, column, scale)
-    twice = _levels(checks, column, scale) if checks is not None and len(checks) and column in checks else None
+    gens = _levels(generators, column, scale, level, shares)
+    bases = _levels(baselines, column, scale, level, shares)
+    twice = _levels(checks, column, scale, level, shares) if checks is not None and len(checks) and column in checks \
+        else None
     steps = f"{int(checks['steps'].dropna().iloc[0]):,} steps" if twice is not None and "steps" in checks and \
         checks["steps"].notna().any() else "twice the steps"
     levels = []
-    for noise in sorted(set(gens) & set(bases)):
-        if not gens[noise] or not bases[noise]:
+    for at in sorted(set(gens) & set(bases)):
+        if not gens[at] or not bases[at]:
             continue
         pick = min if rule == "less" else max
-        best = pick(bases[noise], key=lambda name: bases[noise][name].value)
+        best = pick(bases[at], key=lambda name: bases[at][name].value)
         parts = []
-        for loss, est in sorted(gens[noise].items()):
-            v = compare(est, bases[noise][best], rule, what=f"σ={noise:g}: {loss} - {best}")  # type: ignore[arg-type]
+        for loss, est in sorted(gens[at].items()):
+            v = compare(est, bases[at][best], rule, what=f"{label(at)}: {loss} - {best}")  # type: ignore[arg-type]
             if twice is not None:
-                again = twice.get(noise, {}).get(loss)
-                v = step_checked(v, compare(again, bases[noise][best], rule, what=v.what)  # type: ignore[arg-type]
-                                 if again is not None else None, f"{steps} (σ={noise:g})")
+                again = twice.get(at, {}).get(loss)
+                v = step_checked(v, compare(again, bases[at][best], rule, what=v.what)  # type: ignore[arg-type]
+                                 if again is not None else None, f"{steps} ({label(at)})")
             parts.append(v)
-        levels.append(all_of(parts, f"σ={noise:g}"))
+        levels.append(all_of(parts, label(at)))
     return all_of(levels, "every level") if levels else None
 
 
 def baseline_claims(generators: pd.DataFrame, baselines: pd.DataFrame, *, source: str,
-                    checks: pd.DataFrame | None = None) -> list[str]:
-    """One claim note per measure the rows carry (``MEASURES``), each decided on its own."""
+                    checks: pd.DataFrame | None = None, level: str = "noise", label: Callable[[float], str] = _sigma,
+                    shares: str = BASELINE_SHARES, levels_name: str = "noise level") -> list[str]:
+    """One claim note per measure the rows carry (``MEASURES``), each decided on its own
+    (:func:`closer_than_baselines`)."""
     notes = []
     for column, what, rule, scale in MEASURES:
-        verdict = closer_than_baselines(generators, baselines, column, rule, scale=scale, checks=checks)
+        verdict = closer_than_baselines(generators, baselines, column, rule, scale=scale, checks=checks, level=level,
+                                        label=label, shares=shares)
         if verdict is None:
             continue
         notes.append(claim_note(source, f"{CLAIM}, on {what.split(',')[0]}", verdict,
-                                details=f"({what}; per noise level, each loss minus the best baseline there on this "
+                                details=f"({what}; per {levels_name}, each loss minus the best baseline there on this "
                                         "measure.)"))
     return notes
 
@@ -127,3 +139,16 @@ def baseline_summary(rows: pd.DataFrame) -> dict[str, Any]:
     cols = [c for c, *_ in MEASURES if c in rows]
     return {f"{name} σ={noise:g}": {c: float(g[c].astype(float).mean()) for c in cols} | {"fits": len(g)}
             for (name, noise), g in rows.groupby(["loss", "noise"])}
+
+
+def train_size_baseline_claims(runs: pd.DataFrame, baselines: pd.DataFrame, *, source: str,
+                               loss: str = "entropic") -> list[str]:
+    """Reshetova et al.'s Fig. 11 read against its baselines: ``runs`` one row per training run (columns ``n``,
+    ``seed``, ``steps`` and the measures, as reshetova_fig11_mnist_runs.csv), the runs at the most steps being the
+    step check's; ``baselines`` one row per (baseline, n, seed) (column ``baseline``). Per n, Welch: a baseline
+    is fitted to a fresh privatization of that cell's records (the cell's own noise is secret), so nothing pairs."""
+    gen = runs.assign(loss=loss)
+    most = gen["steps"].max()
+    figure, checks = (gen[gen["steps"] < most], gen[gen["steps"] == most]) if gen["steps"].nunique() > 1 else (gen, None)
+    return baseline_claims(figure, baselines.rename(columns={"baseline": "loss"}), source=source, checks=checks,
+                           level="n", label=lambda v: f"n={v:,.0f}", shares="", levels_name="training-set size n")

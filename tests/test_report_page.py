@@ -86,10 +86,11 @@ def test_the_page_groups_by_paper_with_runs_first_and_orders_by_number_as_the_me
     order = {c: [e.name for e in es] for c, es in page.groups}
     assert order[cats[0]] == ["table1_fmnist", "table1_mnist", "celeba_iclr", "opt_lr_mnist", "batch_sigma_mnist"]
     assert order[cats[1]] == ["pm_grid_fmnist", "pm_grid_mnist", "celeba_neurips"]  # Table 5 ran: before 4
-    # Figures 1, 2, 5, 5, 6-7, 6-7, 8, 11, 11: by number, not as text ("11" < "2")
+    # Figures 1, 2, 5, 5, 5, 6-7, 6-7, 8, 11, 11, 11: by number, not as text ("11" < "2"); one figure's tables in
+    # params.yaml's order (the CPU and GPU versions of MNIST Figs. 5 and 11)
     assert order[cats[4]] == ["reshetova_fig1", "reshetova_fig2", "local_privacy_w2_mnist", "local_privacy_w2",
-                              "reshetova_fig6_7_ellipse", "reshetova_fig6_7_rectangle", "reshetova_fig8",
-                              "reshetova_fig11", "reshetova_fig11_mnist"]
+                              "local_privacy_w2_mnist_gpu", "reshetova_fig6_7_ellipse", "reshetova_fig6_7_rectangle",
+                              "reshetova_fig8", "reshetova_fig11", "reshetova_fig11_mnist", "reshetova_fig11_mnist_gpu"]
     for _, es in page.groups:
         labels = [e.label(page.scale) for e in es]
         assert labels == sorted(labels), labels  # the menu sorts labels as text too

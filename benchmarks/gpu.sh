@@ -12,6 +12,11 @@
 #       channels_last, fused_adam, bf16: methods/dp_sinkhorn/tuning.py) and the floor with all of
 #       them, and a batched sweep of 8 configurations (one CUDA graph) against the same 8 one after
 #       another -> $OUT/gpu_step_sweep.json
+#       Also the solve's choices beside the fast step (on CUDA: unfused, and unfused with the CPU's floored
+#       softmin; on the CPU: torch.logsumexp) and packed sweeps of K = 1, 2, 4, 8, 16 members (vmap and
+#       loop) with the fitted T(K) = a + bK (SWEEP_KS).
+#   (a2) `dpsynth bench ops`: dispatcher ops per step of each path (the suite's guard, counted on the CPU)
+#       and, on CUDA, the graphed step's kernels per step by class and device time -> $OUT/gpu_ops.json
 #   (b) a timed slice of the paper-scale MNIST DP-Sinkhorn run, `dpsynth train dps_mnist` at
 #       scale paper with --max-steps-this-run, in a temporary models/private directory (never
 #       the real runs'), projected to the full run's wall-clock -> $OUT/gpu_train_slice.json
@@ -36,7 +41,10 @@
 #                --dry-run 6, at the smoke scale's settings: the quick scale's evaluation is minutes of CPU)
 #   FID_WEIGHTS  a local Inception weights file for the probe's FID (default: params' fid_weights, else
 #                the caches `make env` fills; never downloaded: without one FID is reported unavailable)
-#   BENCH_STEPS, BENCH_TRIALS, BENCH_WARMUP, SWEEP   bench settings (default 200, 5, 20, 8)
+#   BENCH_STEPS, BENCH_TRIALS, BENCH_WARMUP, SWEEP   bench settings (default 50, 3, 10, 8: the whole
+#                check in one ~7-minute device call)
+#   SWEEP_KS     packed sweep sizes timed for T(K) (default 1,2,4,8,16; --dry-run 1,2, loop only)
+#   OPS_STEPS    graph replays profiled per path in (a2) (default 50)
 #   LEVERS       the levers the bench adds one at a time (default all; --dry-run: two cheap ones)
 #   KEEP_WORK=1  keep the temporary work directory (its private/ holds a checkpoint: never share it)
 set -euo pipefail
@@ -72,15 +80,18 @@ if (( DRY_RUN )); then
   PROBE_SCALE=smoke
   DRY_TOTAL_STEPS=200             # the dry run's "full run", projected like the paper's
   # two cheap levers only: bf16 under the CPU's autocast takes ~10 s a step
-  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2 --levers cudnn_benchmark,fused_adam)
+  BENCH=(--steps 1 --trials 1 --warmup 0 --records 400 --threads 1 --sweep 2 --levers cudnn_benchmark,fused_adam
+         --sweep-ks 1,2 --sweep-modes loop)
+  OPS=(--steps 1)
 else
   DEVICE=${DEVICE:-cuda}
   EXPERIMENT=dps_mnist
   SLICE_STEPS=${SLICE_STEPS:-20000}
   PROBE_STEPS=${PROBE_STEPS:-18000}
   PROBE_SCALE=quick
-  BENCH=(--steps "${BENCH_STEPS:-200}" --trials "${BENCH_TRIALS:-5}" --warmup "${BENCH_WARMUP:-20}"
-         --sweep "${SWEEP:-8}" --levers "${LEVERS:-all}")
+  BENCH=(--steps "${BENCH_STEPS:-50}" --trials "${BENCH_TRIALS:-3}" --warmup "${BENCH_WARMUP:-10}"
+         --sweep "${SWEEP:-8}" --levers "${LEVERS:-all}" --sweep-ks "${SWEEP_KS:-1,2,4,8,16}" --sweep-modes vmap,loop)
+  OPS=(--steps "${OPS_STEPS:-50}")
 fi
 OUT=${OUT:-$REPO/benchmarks/results}
 PARAMS=${PARAMS:-$REPO/params.yaml}
@@ -142,6 +153,9 @@ seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; 
 
 echo "== (a) step benchmark and batched sweep on $DEVICE" >&2
 "$PY" -m dpsynth.cli bench dp-sinkhorn --device "$DEVICE" "${BENCH[@]}" --json "$OUT/gpu_step_sweep.json"
+
+echo "== (a2) ops and kernels per step (fused, unfused, floored) on $DEVICE" >&2
+"$PY" -m dpsynth.cli bench ops --device "$DEVICE" "${OPS[@]}" --json "$OUT/gpu_ops.json"
 
 echo "== (b) train slice: $EXPERIMENT at scale $SCALE, $SLICE_STEPS steps on $DEVICE" >&2
 TRAIN=("$PY" -m dpsynth.cli train "$EXPERIMENT" --params "$WORK/params.yaml" --device "$DEVICE"

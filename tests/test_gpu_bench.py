@@ -48,17 +48,28 @@ def test_dry_run_writes_the_step_sweep_train_slice_and_fidelity_json(tmp_path: P
     assert _results_listing() == before
     # the temporary work dir (data, models, the private checkpoints) is gone; only the results stay
     assert sorted(p.name for p in out.iterdir()) == ["gpu_fidelity.json", "gpu_fidelity_samples.png",
-                                                      "gpu_step_sweep.json", "gpu_summary.json",
+                                                      "gpu_ops.json", "gpu_step_sweep.json", "gpu_summary.json",
                                                       "gpu_train_slice.json"]
 
     bench = json.loads((out / "gpu_step_sweep.json").read_text())
     assert bench["device"] == "cpu"
     # the levers the dry run adds (two cheap ones), one at a time, and the floor with both
     assert set(bench["steps"]) == {"reference", "fast", "generator_floor", "fast+cudnn_benchmark",
-                                   "fast+cudnn_benchmark+fused_adam", "generator_floor+cudnn_benchmark+fused_adam"}
+                                   "fast+cudnn_benchmark+fused_adam", "generator_floor+cudnn_benchmark+fused_adam",
+                                   "fast_logsumexp"}  # the CPU's step with torch.logsumexp, beside the floored one
     assert bench["levers"]["order"] == ["cudnn_benchmark", "fused_adam"]
     assert all(isinstance(v["steps_per_s"], float) and v["steps_per_s"] > 0 for v in bench["steps"].values())
     assert bench["fast_path"] == "eager" and bench["paths"]["fast"] == "eager"  # a CUDA graph only on CUDA
+    pk = bench["packing"]  # K = 1, 2 packed, and T(K) = a + bK fitted through them
+    assert pk["ks"] == [1, 2] and pk["modes"] == ["loop"] and set(pk["config_steps_per_s"]["loop"]) == {"1", "2"}
+    fit = pk["fit_T_of_K"]["loop"]
+    t = {int(k): int(k) / v for k, v in pk["config_steps_per_s"]["loop"].items()}  # seconds per packed step
+    assert fit["a_ms"] + fit["b_ms"] == pytest.approx(1000 * t[1], rel=1e-6)  # two points: the line through them
+    assert fit["a_ms"] + 2 * fit["b_ms"] == pytest.approx(1000 * t[2], rel=1e-6)
+    ops = json.loads((out / "gpu_ops.json").read_text())  # the guard's counts, each path
+    counts = {k: v["per_step"] for k, v in ops["op_counts"].items()}
+    assert counts["fused (CUDA default)"] < counts["unfused, torch.logsumexp"] < counts["unfused, floored (the CPU's softmin)"]
+    assert "graphed_step_profile" not in ops  # the kernel profile needs CUDA
     sw = bench["sweep"]
     assert sw["configs"] == 2 and len(sw["members"]) == 2
     assert all(v > 0 for v in sw["config_steps_per_s"].values())

@@ -90,7 +90,8 @@ def _data(records: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warmup: int = 2,
                       threads: int | None = None, sweep: int = 0, records: int = MNIST["records"],
-                      sweep_mode: str = "auto", levers: Sequence[str] = ()) -> dict[str, Any]:
+                      sweep_mode: str = "auto", levers: Sequence[str] = (), sweep_ks: Sequence[int] = (),
+                      sweep_modes: Sequence[str] = ("vmap", "loop")) -> dict[str, Any]:
     """Run the benchmark and return the results (see module docstring)."""
     import torch
 
@@ -107,13 +108,27 @@ def bench_dp_sinkhorn(device: str = "cpu", steps: int = 5, trials: int = 5, warm
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _bench(device, steps, trials, warmup, sweep, records, sweep_mode, tuple(levers))
+        return _bench(device, steps, trials, warmup, sweep, records, sweep_mode, tuple(levers), tuple(sweep_ks),
+                      tuple(sweep_modes))
     finally:  # a caller in the same process (tests) keeps its own thread count
         torch.set_num_threads(before)
 
 
+def _with_floor(step: Callable[[], Any], floor: bool | None) -> Callable[[], Any]:
+    """``step`` with its softmins floored (True) or not (False) whatever the device (None: the device's
+    choice); a graphed step keeps what its capture -- its first call -- dispatched."""
+    from dpsynth.ot.softmin import exp_floor
+
+    def call() -> Any:
+        with exp_floor(floor):
+            return step()
+
+    return call
+
+
 def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, records: int,
-           sweep_mode: str, levers: tuple[str, ...] = ()) -> dict[str, Any]:
+           sweep_mode: str, levers: tuple[str, ...] = (), sweep_ks: Sequence[int] = (),
+           sweep_modes: Sequence[str] = ("vmap", "loop")) -> dict[str, Any]:
     import torch
 
     from dpsynth.methods.dp_sinkhorn.step import FastStep, StepSpec
@@ -152,6 +167,17 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         contenders[name] = GeneratorFloor(G_l, opt_l, n + ne, gens_l["model"], cuda_graph=fast.cuda_graph,
                                           tuning=all_levers)
         paths[name] = graph_or_eager
+    # The solve's two choices (issue 68 items 1-2), each beside the default path of this device: on CUDA the
+    # graphed step unfused, and unfused with the CPU's floored softmin (the path 267f004 put on the GPU); on
+    # the CPU the eager step with torch.logsumexp (the unfloored softmin the floor replaced there).
+    variants = ({"fast_unfused": (False, None), "fast_unfused_floored": (False, True)} if dev.type == "cuda"
+                else {"fast_logsumexp": (False, False)})
+    for name, (fused, floor) in variants.items():
+        G_v, opt_v, gens_v = _setup(dev, 0, capturable=dev.type == "cuda")
+        st = FastStep(G_v, opt_v, x_all, y_all, spec, gens_v, fused_solve=fused)
+        contenders[name], paths[name] = _with_floor(st, floor), graph_or_eager
+        tuned.append(st)
+    paths["fast"] = f"{graph_or_eager}{'+fused' if fast.fused_solve else ''}"
     fast_eager = None
     if dev.type == "cuda":  # the graph's share of the fast step's speed, measured beside it
         G_e, opt_e, gens_e = _setup(dev, 0)
@@ -197,6 +223,8 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     out["projected_paper_run_hours"] = {k: PAPER_STEPS / v["steps_per_s"] / 3600 for k, v in res.items()}
     if sweep:
         out["sweep"] = _bench_sweep(sweep, dev, x_all, y_all, s, steps, trials, warmup, sweep_mode, levers)
+    if sweep_ks:
+        out["packing"] = bench_packing(sweep_ks, sweep_modes, dev, x_all, y_all, s, steps, trials, warmup)
     load_after = os.getloadavg()
     out["loadavg_before"], out["loadavg_after"] = list(load_before), list(load_after)
     return out
@@ -240,6 +268,39 @@ def _bench_sweep(k: int, dev: torch.device, x_all: torch.Tensor, y_all: torch.Te
             "members": [{"seed": m.seed, "m": m.m, "sigma": m.sigma, "clip": m.clip} for m in members]}
 
 
+def bench_packing(ks: Sequence[int], modes: Sequence[str], dev: torch.device, x_all: torch.Tensor,
+                  y_all: torch.Tensor, s: dict[str, Any], steps: int, trials: int, warmup: int) -> dict[str, Any]:
+    """Packed sweeps of K members for every K in ``ks`` and forward mode in ``modes`` (vmap: one grouped
+    forward; loop: member by member), timed interleaved; per mode the fit ``T(K) = a + b K`` (ms per packed
+    step, least squares over the Ks) that ``dpsynth workflow budget`` prices a packed job with."""
+    import numpy as np
+
+    from dpsynth.methods.dp_sinkhorn.sweep import BatchedSweep, SweepMember, SweepShared
+
+    if not ks or min(ks) < 1:
+        raise ConfigError(f"bench: --sweep-ks must be integers >= 1, got {list(ks)}")
+    n = s["batch_size"]
+    shared = SweepShared(arch=DCGAN_MNIST, n=n, n_extra=int(math.floor(s["p"] * n + 1e-9)), q=s["q"],
+                         alpha_c=s["alpha_c"], eps=s["eps"], n_iter=s["n_iter"], scaling=s["scaling"], lr=s["lr"],
+                         weight_decay=s["weight_decay"])
+    contenders = {}
+    for mode in modes:
+        for k in ks:
+            members = [SweepMember(seed=i, m=float(i % 2), sigma=s["sigma"], clip=s["clip"]) for i in range(k)]
+            contenders[f"{mode}_K{k}"] = BatchedSweep(shared, members, x_all, y_all, forward_mode=mode).step
+    res = interleaved(contenders, steps, trials, warmup, dev)
+    thr = {mode: {k: k * res[f"{mode}_K{k}"]["steps_per_s"] for k in ks} for mode in modes}
+    fits = {}
+    for mode in modes:
+        if len(ks) >= 2:
+            ms = [1000.0 / res[f"{mode}_K{k}"]["steps_per_s"] for k in ks]
+            b, a = np.polyfit(np.asarray(ks, dtype=float), np.asarray(ms), 1)
+            fits[mode] = {"a_ms": float(a), "b_ms": float(b), "ceiling_config_steps_per_s": 1000.0 / float(b)
+                          if b > 0 else None}
+    return {"ks": list(ks), "modes": list(modes), "config_steps_per_s": thr, "fit_T_of_K": fits, "trials": res,
+            "note": "T(K) = a + b K milliseconds per packed step of K members; config-steps/s = K / T(K)"}
+
+
 def print_summary(out: dict[str, Any]) -> None:
     """The benchmark's results (:func:`bench_dp_sinkhorn`) as a few lines on stdout."""
     r = out["steps"]
@@ -256,6 +317,12 @@ def print_summary(out: dict[str, Any]) -> None:
     if "levers" in out:
         print("levers (cumulative): " + ", ".join(f"{k} {r[k]['steps_per_s']:.1f} steps/s ({v:.2f}x)"
                                                   for k, v in out["levers"]["over_fast"].items()))
+    if "packing" in out:
+        pk = out["packing"]
+        for mode, per_k in pk["config_steps_per_s"].items():
+            fit = pk["fit_T_of_K"].get(mode)
+            print(f"packed ({mode}): " + ", ".join(f"K={k} {v:.1f}" for k, v in per_k.items()) + " config-steps/s"
+                  + (f"; T(K) = {fit['a_ms']:.3f} + {fit['b_ms']:.3f} K ms" if fit else ""))
     if "sweep" in out:
         sw = out["sweep"]
         print(f"sweep of {sw['configs']} ({sw['forward_mode']}): batched {sw['config_steps_per_s']['batched']:.3f} vs one-after-another "
@@ -264,13 +331,14 @@ def print_summary(out: dict[str, Any]) -> None:
 
 def bench_and_report(device: str, steps: int, trials: int, warmup: int, threads: int | None, sweep: int,
                      records: int, sweep_mode: str = "auto", json_path: Path | None = None,
-                     levers: Sequence[str] = ()) -> dict[str, Any]:
+                     levers: Sequence[str] = (), sweep_ks: Sequence[int] = (),
+                     sweep_modes: Sequence[str] = ("vmap", "loop")) -> dict[str, Any]:
     """``dpsynth bench dp-sinkhorn``: run the benchmark, print its summary and write the results
     to ``json_path`` (when given); returns them."""
     from dpsynth.io import write_json
 
     out = bench_dp_sinkhorn(device, steps, trials, warmup, threads, sweep, records, sweep_mode=sweep_mode,
-                            levers=levers)
+                            levers=levers, sweep_ks=sweep_ks, sweep_modes=sweep_modes)
     print_summary(out)
     if json_path is not None:
         write_json(json_path, out)

@@ -146,4 +146,5 @@ def train(ctx: TrainContext) -> dict[str, Any]:
     G.train()
     stepper = DPSinkhornStepper(ctx, fast, arch, sigma, q, scheme, graph)
     return run_training(ctx, stepper, total_steps=total_steps, guard=guard, sigma=sigma,
-                        extra={"variant": stepper.variant, "cuda_graph": graph, "gpu_levers": list(tuning.levers)})
+                        extra={"variant": stepper.variant, "cuda_graph": graph, "fused_solve": fast.fused_solve,
+                               "gpu_levers": list(tuning.levers)})

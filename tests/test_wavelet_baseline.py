@@ -165,6 +165,7 @@ def test_the_wavelet_baseline_is_refused_by_any_finite_budget_before_it_reads_a_
     params_file.write_text(yaml.safe_dump(raw))
     privatize(load_params(params_file), "wv", str(params_file))  # the local release fits the budget
     private_reads.clear()
+    capsys.readouterr()  # privatize's own line (the release ledger it reserved in)
     rc = main(["train", "wv", "--params", str(params_file), "--out", str(tmp_path / "models"), "--private-out",
                str(tmp_path / "private"), "--device", "cpu", "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -22,6 +22,13 @@ noise: not counted). A job killed before settling leaves its reservation pending
 run adopts its own earlier reservation (same private run folder) instead of paying twice, and a job that finds
 its output on disk without a confirmed entry records it (:meth:`ReleaseLedger.record_found`).
 
+A reservation carries its job's pid and host, so a refusal can say whose it is; one whose job is gone (killed) is
+settled by a person, never by the code on a guess (:meth:`ReleaseLedger.settle_by_hand`, ``dpsynth privacy
+ledger``): an appended line naming who and why, still counted unless they state that no noise was drawn. A job
+waiting for the lock says so after ``LOCK_NOTICE_S``; the file's mode follows the umask, so a folder a group
+shares works. Where the ledger may not lie, the older layout it imports and the line naming it:
+``privacy.ledger_place``.
+
 Appends are whole lines, one ``write`` loop on an ``O_APPEND`` descriptor under the lock, then ``fsync``. A
 write that stops short (a full disk) is an error, never a silent success: the torn line reads back as a
 damaged line, counted as a release without a guarantee, and the job fails.

@@ -67,7 +67,7 @@ def _race(jobs: list[subprocess.Popen[str]], barrier: Path) -> list[tuple[int, s
             len(list(barrier.glob("arrived-*"))) < len(jobs):
         time.sleep(0.05)
     (barrier / "go").touch()
-    return [(j.wait(timeout=600), j.communicate()[1]) for j in jobs]
+    return [(j.wait(timeout=600), j.communicate(timeout=60)[1]) for j in jobs]
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +159,11 @@ def test_a_privatization_killed_after_its_noise_still_counts_and_one_failing_bef
     end = time.time() + 300
     while not list(barrier.glob("arrived-*")) and job.poll() is None and time.time() < end:
         time.sleep(0.05)
-    assert list(barrier.glob("arrived-*")), job.communicate()
+    if not list(barrier.glob("arrived-*")):
+        job.kill()
+        pytest.fail(f"the job never reached its barrier: {job.communicate(timeout=30)}")
     os.kill(job.pid, signal.SIGKILL)  # killed after its noise, as it writes: nothing settles its reservation
-    job.wait()
+    job.wait(timeout=60)
     ledger = ReleaseLedger(release_ledger)
     got, _ = ledger.read()
     assert [(r.stage, r.status, r.epsilon) for r in got] == [("privatize", "pending", 5.0)], got

@@ -204,9 +204,9 @@ def test_editing_a_privatize_dependency_re_runs_it_and_the_ledger_composes_both_
     _budget(d, 16.0)
     # (the workspace as git sees it, outputs left to DVC: the temporary copy is made from the commit)
     subprocess.run(["git", "add", "-A", "--", ".", ":(exclude)data", ":(exclude)results"], cwd=d, check=True,
-                   capture_output=True)
+                   capture_output=True, timeout=120)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "budget 16"], cwd=d,
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, timeout=120)
     r = subprocess.run([venv_bin("dvc"), "exp", "run", "--temp", f"privatize@{EXP}"], cwd=d, capture_output=True,
                        text=True, timeout=600, env=env())
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -180,10 +180,13 @@ def ewgan_loss(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | None 
     return losses if losses.ndim == 0 else losses.sum()
 
 
-def ewgan_losses(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | None = None) -> Tensor:
+def ewgan_losses(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | None = None, *,
+                 whole_pack: bool | None = None) -> Tensor:
     """:func:`ewgan_loss` per problem: shape ``x.shape[:-2]`` (a 0-d tensor for one problem). ``temperature``
     (a tensor of that shape) replaces ``spec.temperature`` problem by problem (a pack's members each have their
-    own noise level); only the dense solver takes a pack (no blockwise solve, no geomloss schedule)."""
+    own noise level); only the dense solver takes a pack (no blockwise solve, no geomloss schedule).
+    ``whole_pack``: solve the (K, B, M) pack at once without the cached kernel -- the path off the CPU (None: the
+    device's own path); True on a CPU runs that path there (its tests)."""
     cost = spec.cost
     n_iter, scaling = spec.n_iter, spec.scaling
     packed = x.ndim > 2
@@ -191,7 +194,8 @@ def ewgan_losses(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | Non
         raise ConfigError(f"a pack of problems {tuple(x.shape[:-2])} needs one temperature per problem")
     if packed and spec.geomloss_scaling is not None:
         raise ConfigError("hparams.geomloss_scaling: the packed trainer runs a fixed number of Sinkhorn iterations")
-    if packed and x.device.type == "cpu" and spec.loss != "exact":
+    on_cpu = x.device.type == "cpu" and not whole_pack
+    if packed and on_cpu and spec.loss != "exact":
         # On the CPU each member solves alone, through the per-run code: the cached kernel (CachedKernelSoftmin)
         # is refreshed when ITS potentials drift, where one drift check for the whole pack refreshes every
         # member's kernel whenever any one drifts (measured: 16 members ran 2.6x slower per member than one).
@@ -218,7 +222,7 @@ def ewgan_losses(x: Tensor, y: Tensor, spec: LossSpec, temperature: Tensor | Non
     eps_mat: float | Tensor = eps if temperature is None else eps[..., None, None]  # type: ignore[index]
     # On the CPU the solves reuse their kernel between iterations (``CachedKernelSoftmin``: the same
     # iterations, ~3.4x faster at 200 x 200; its host reads would stall a GPU stream).
-    cache = x.device.type == "cpu"
+    cache = on_cpu
     if spec.loss == "sinkhorn_divergence":
         # S = W(x, y) - W(x, x)/2 - W(y, y)/2; the data-data term has no generator gradient, so it
         # is dropped (saves a third of the solves; the gradient is that of S).

@@ -16,7 +16,7 @@ from dpsynth.config.base import OptimizerName, Strict
 
 #: The DP-Sinkhorn step's speed levers on a GPU (``methods/dp_sinkhorn/tuning.py`` says what each does),
 #: in the order the benchmark adds them.
-GpuLever = Literal["cudnn_benchmark", "channels_last", "fused_adam", "bf16"]
+GpuLever = Literal["cudnn_benchmark", "channels_last", "fused_adam", "compiled_generator", "bf16"]
 GPU_LEVERS: tuple[str, ...] = get_args(GpuLever)
 
 

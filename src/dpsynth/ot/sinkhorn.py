@@ -31,8 +31,9 @@ from torch import Tensor
 
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
-from dpsynth.ot.softmin import (EXP_FLOOR, CachedKernelSoftmin, _softmin, compile_failed, compiled, exp_floor,
-                                exp_floored, floors_exp, logsumexp_floored, softmin_logsumexp)
+from dpsynth.compiling import compile_failed, compiled
+from dpsynth.ot.softmin import (EXP_FLOOR, CachedKernelSoftmin, _softmin, exp_floor, exp_floored, floors_exp,
+                                logsumexp_floored, softmin_logsumexp)
 
 __all__ = [
     "eps_schedule",
@@ -157,7 +158,7 @@ def _dense_iteration(c: Tensor, ct: Tensor, log_a: Tensor, log_b: Tensor, e: Ten
 
 def fused_solve(c: Tensor, ct: Tensor, log_a: Tensor, log_b: Tensor, schedule: Tensor,
                 floor: bool | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`sinkhorn_loop` on a dense cost matrix with each iteration compiled (``softmin.compiled`` of
+    """:func:`sinkhorn_loop` on a dense cost matrix with each iteration compiled (``dpsynth.compiling.compiled`` of
     :func:`_dense_iteration`): the same loop and arithmetic, a few fused kernels per half-step instead of
     ~10-20 ops, and nothing between them but the schedule's view.
 

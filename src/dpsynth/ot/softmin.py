@@ -16,7 +16,7 @@ benchmarks).
 ops per half-step (1,200-2,500 per solve) whose cost on a GPU is launch latency, not arithmetic.
 ``fused=True`` runs the SAME loop (``sinkhorn.sinkhorn_loop``) with each iteration -- both half-steps
 over this module's :func:`_softmin` -- compiled once per shape by ``torch.compile(fullgraph=True)``
-(:func:`compiled`): Inductor fuses each half-step into a few kernels, which a CUDA graph then captures
+(``dpsynth.compiling.compiled``): Inductor fuses each half-step into a few kernels, which a CUDA graph then captures
 like any other. The eager loop stays the
 reference; tests hold the two within float32 rounding.
 """
@@ -24,19 +24,16 @@ reference; tests hold the two within float32 rounding.
 from __future__ import annotations
 
 import math
-import os
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+
 
 __all__ = ["EXP_FLOOR", "logsumexp_floored", "exp_floored", "floors_exp", "exp_floor", "softmin_logsumexp",
-           "CachedKernelSoftmin", "compiled", "compile_failed"]
+           "CachedKernelSoftmin"]
 
 EXP_FLOOR = -80.0
 
@@ -159,34 +156,3 @@ class CachedKernelSoftmin:
         self.h0 = h if self.dead is None else h.masked_fill(dead, 0.0)
         self.e0, self.f0 = e_t.clone(), -e_t * lse
         return self.f0
-
-
-_compiled: dict[Callable[..., Any], Callable[..., Any]] = {}
-_failed: str | None = None
-
-
-def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
-    """``fn`` compiled by ``torch.compile(fullgraph=True, dynamic=False)`` -- one graph per (shapes, dtype,
-    device, Python constants) -- built on first use; None where compiling failed in this process
-    (:func:`compile_failed`) or cannot apply: under a ``TorchDispatchMode`` (an op counter, a fake-tensor
-    trace), which Dynamo does not compile through. ``fn`` must take tensors and constants only (a new
-    closure per call would recompile every call). Inductor's code goes to ``$TORCHINDUCTOR_CACHE_DIR``, by
-    default dpsynth's cache (``~/.cache/dpsynth/inductor``), so later jobs on the machine load it instead
-    of compiling again."""
-    if _failed is not None or _get_current_dispatch_mode() is not None:
-        return None
-    if fn not in _compiled:
-        from dpsynth.cache import cache_dir  # here: the OT layer needs no cache unless it compiles
-
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir("inductor")))
-        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
-    return _compiled[fn]
-
-
-def compile_failed(exc: BaseException) -> None:
-    """Stop compiling in this process after ``exc`` (no C++ compiler for the CPU backend, an unsupported
-    platform) and warn once: the eager code is the same computation, slower."""
-    global _failed
-    _failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    warnings.warn(f"the fused Sinkhorn solve could not be compiled ({_failed}); running the eager loop "
-                  "(same numbers, slower)", RuntimeWarning, stacklevel=3)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from dpsynth.compiling import compile_failed, compiled
 from dpsynth.methods.dp_sinkhorn.tuning import StepTuning
 from dpsynth.nets.dcgan import DCGANGenerator
 
@@ -45,17 +46,36 @@ def fast_forward(G: nn.Module, z: Tensor, labels: Tensor | None, tuning: StepTun
     For :class:`DCGANGenerator`: channels_last activations (on the CPU always; on a GPU with the
     ``channels_last`` lever), and a stride-1 last transposed convolution run as a plain convolution.
     Other generators use their own forward. The ``bf16`` lever (``tuning.py``) runs it under
-    bfloat16 autocast and hands back float32 images, so everything after it stays float32.
+    bfloat16 autocast and hands back float32 images, so everything after it stays float32; the
+    ``compiled_generator`` lever runs the same forward compiled (``COMPILE_MODE``).
     ``vmapped`` (:class:`StackedForward`): the activations keep vmap's layout -- functorch cannot
     query a channels_last one, and it lays out the members' grouped convolutions itself.
     """
     tuning = tuning or StepTuning()
+    forward = _generator_forward
+    if tuning.compiled_generator and not vmapped:
+        forward = compiled(_generator_forward, mode=COMPILE_MODE, fullgraph=False) or _generator_forward
     with tuning.autocast(z.device):
-        if isinstance(G, DCGANGenerator):
-            out = _dcgan_forward(G, z, labels, None if vmapped else tuning.channels_last)
-        else:
-            out = G(z, labels)
+        try:
+            out = forward(G, z, labels, None if vmapped else tuning.channels_last)
+        except Exception as exc:  # noqa: BLE001 - a backend failure: the eager forward is the same function
+            if forward is _generator_forward:
+                raise
+            compile_failed(exc)
+            out = _generator_forward(G, z, labels, None if vmapped else tuning.channels_last)
     return out.float() if out.dtype == torch.bfloat16 else out
+
+
+#: The ``compiled_generator`` lever's mode: autotuned kernels, no CUDA graphs of Inductor's own (the step's
+#: graph captures everything, ``graph.py``).
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+
+
+def _generator_forward(G: nn.Module, z: Tensor, labels: Tensor | None, channels_last: bool | None) -> Tensor:
+    """``G(z, labels)``: DCGAN's by :func:`_dcgan_forward`, others' their own (what the lever compiles)."""
+    if isinstance(G, DCGANGenerator):
+        return _dcgan_forward(G, z, labels, channels_last)
+    return G(z, labels)
 
 
 def _dcgan_forward(G: DCGANGenerator, z: Tensor, labels: Tensor | None, channels_last: bool | None) -> Tensor:

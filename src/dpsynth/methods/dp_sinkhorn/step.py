@@ -190,8 +190,9 @@ class PackedStep:
         if self.forward_mode == "vmap":
             # functorch batches the members' convolutions below autocast (measured on the CPU, torch 2.11: a
             # conv_transpose2d under vmap stays float32 with autocast on) and cannot query a channels_last
-            # layout: under vmap those two levers would be a label, not a change.
-            tuning = dataclasses.replace(tuning, bf16=False, channels_last=False)
+            # layout: under vmap those two levers would be a label, not a change -- nor is a compiled forward
+            # (fast_forward compiles only outside vmap).
+            tuning = dataclasses.replace(tuning, bf16=False, channels_last=False, compiled_generator=False)
         self.tuning = tuning  # the levers this step really runs with (summaries record them)
         self._stacked = StackedForward(self.members[0].G, tuning) if self.forward_mode == "vmap" else None
         self.capacity = capacity or poisson_capacity(x_all.shape[0], self.spec.q)

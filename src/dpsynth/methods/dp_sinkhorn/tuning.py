@@ -11,6 +11,12 @@ that bound is a hardware question the benchmark answers; each is kept only where
 * ``channels_last``: the generator's activations in NHWC, the layout tensor-core convolutions want
   (the CPU path always runs it: oneDNN prefers it too).
 * ``fused_adam``: one fused kernel for the whole Adam update instead of a few per parameter.
+* ``compiled_generator``: the generator's forward (and so its backward) compiled by ``torch.compile``
+  in mode ``max-autotune-no-cudagraphs`` (Inductor tries Triton templates against cuDNN for each
+  convolution and GEMM at the step's fixed shapes and keeps the fastest; the step's own CUDA graph
+  captures the result, so Inductor's graphs are off). The same function of the same parameters;
+  compiling takes a minute or two once per shape (cached in ``~/.cache/dpsynth/inductor``). Not under
+  ``vmap`` (a packed sweep's grouped forward), like ``bf16``.
 * ``bf16``: the generator's forward (and so its backward) under bfloat16 autocast. The images are
   cast back to float32 BEFORE the sanitizer: the image gradient is clipped and noised in float32
   (the noise itself is drawn in float64), and the loss and the Sinkhorn solve stay float32. This
@@ -43,6 +49,7 @@ class StepTuning:
     cudnn_benchmark: bool = False
     channels_last: bool = False
     fused_adam: bool = False
+    compiled_generator: bool = False
     bf16: bool = False
 
     @classmethod

@@ -103,7 +103,8 @@ def test_a_killed_jobs_reservation_is_named_listed_and_stops_counting_only_when_
     line = _error(main(["train", "dps_b", *TRAIN]), capsys.readouterr().err)
     assert "1 release(s) of digits28 spent ε 10" in line and "(0 confirmed; 1 reservation(s) never confirmed" in line
     assert f"pending train dps_a reserved " in line and f"by pid {pid} on " in line, line
-    assert "dpsynth privacy ledger" in line, line
+    assert "dpsynth privacy ledger" in line and line.endswith(f"counted in the release ledger "
+                                                              f"{release_ledger / LEDGER_FILE}"), line
     assert main(["privacy", "ledger"]) == 0
     listed = capsys.readouterr().out
     ident = next(ln.split()[1] for ln in listed.splitlines() if ln.strip().startswith("id "))

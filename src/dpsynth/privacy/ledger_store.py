@@ -264,7 +264,8 @@ class ReleaseLedger:
                                 host=socket.gethostname())
                 budget = budgets.get(entry.dataset)
                 if budget is not None:
-                    check_budget(entry.dataset, budget, known + new, damaged, (entry.epsilon, entry.delta), what)
+                    check_budget(entry.dataset, budget, known + new, damaged, (entry.epsilon, entry.delta), what,
+                                 str(self.path))
                 new.append(entry)
                 out.append(Held(entry, adopted=False))
             if new:

@@ -252,12 +252,13 @@ def compose(releases: list[Release], damaged: Sequence[Damaged] = ()) -> Composi
 
 
 def check_budget(dataset: str, budget: Any, releases: list[Release], damaged: Sequence[Damaged],
-                 adds: tuple[float, float], what: str) -> None:
+                 adds: tuple[float, float], what: str, ledger: str = "") -> None:
     """Refuse (``PrivacyError``, one line) a release of ``dataset`` adding ``adds`` = (epsilon, delta) that
     would take every release ever made from it past ``budget`` (``epsilon``, ``delta`` or None). What was
     spent -- reservations included -- is composed as the report composes it; the new release is added by basic
     composition (before it runs only its target is known), an upper bound. A damaged line is named with its
-    file and line number: it is what makes the spent epsilon infinite."""
+    file and line number: it is what makes the spent epsilon infinite. ``ledger``: the ledger's file, named at
+    the end (the wrong ledger is a reason for a refusal, or for a budget that passes)."""
     spent = compose([r for r in releases if r.dataset == dataset], damaged)
     eps, delta = spent.epsilon + adds[0], (0.0 if math.isnan(spent.delta) else spent.delta) + adds[1]
     over = eps > budget.epsilon or (budget.delta is not None and delta > budget.delta)
@@ -271,4 +272,4 @@ def check_budget(dataset: str, budget: Any, releases: list[Release], damaged: Se
                            f"release(s) of {dataset} spent ε {spent.epsilon:.4g}"
                            + ("" if math.isnan(spent.delta) else f", δ {spent.delta:.3g}") + held + why
                            + f"; this release would add ε {adds[0]:.4g}, δ {adds[1]:.3g} -- past the total budget "
-                           f"({limit})")
+                           f"({limit})" + (f"; counted in the release ledger {ledger}" if ledger else ""))

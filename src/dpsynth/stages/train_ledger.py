@@ -80,7 +80,8 @@ class RunLedger:
         if self.cost is None or budget is None or checkpoint.is_file():
             return
         known, damaged = self.ledger.read()
-        check_budget(self.dataset, budget, known, damaged, self.cost, f"train {self.experiment}")
+        check_budget(self.dataset, budget, known, damaged, self.cost, f"train {self.experiment}",
+                     str(self.ledger.path))
 
     def reservation(self, state: dict[str, Any] | None) -> Reservation:
         """What this run reserves, given its checkpoint ``state`` (None: none, fresh noise): resuming, it adopts

@@ -182,7 +182,8 @@ def read_privatized(npz_path: str | Path) -> PrivatizedRecords:
     radius, scale, delta = float(report["radius"]), float(report["noise_scale"]), float(report.get("delta") or 0.0)
     want = mech.epsilons(radius, scale, delta)["sound"]
     if not np.isclose(float(report["epsilon"]), want, rtol=1e-9):
-        raise DataError(f"{js}: epsilon {report['epsilon']!r} is not what its mechanism gives ({want:.6g}); refusing it")
+        raise DataError(f"{js}: epsilon {report['epsilon']!r} is not what its mechanism gives ({want:.6g}); "
+                        "refusing it")
     data = load_processed(npz)
     std = mech.coordinate_std(scale)
     return PrivatizedRecords(_records(data.x_train), std * std, float(report["epsilon"]), delta,

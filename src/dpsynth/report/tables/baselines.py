@@ -31,7 +31,8 @@ BASELINE = "baseline"
 #: instance at that σ) and the same W2 subsample of the clean test records. The per-seed differences of
 #: independent seeds are independent, so their t interval is valid whatever else a generator's seed fixes.
 BASELINE_SHARES = "privatization noise at that σ and the W2 subsample of the clean test records"
-CLAIM = "every generator is closer to the clean data than the trivial private baselines fitted to its privatized records"
+CLAIM = ("every generator is closer to the clean data than the trivial private baselines fitted to its privatized "
+         "records")
 #: (column, how a note names it, the rule "the generator is closer", the factor the table prints it with)
 MEASURES: tuple[tuple[str, str, str, float], ...] = (
     ("w2", "W2 to the clean data, lower is closer", "less", 1.0),
@@ -149,6 +150,7 @@ def train_size_baseline_claims(runs: pd.DataFrame, baselines: pd.DataFrame, *, s
     is fitted to a fresh privatization of that cell's records (the cell's own noise is secret), so nothing pairs."""
     gen = runs.assign(loss=loss)
     most = gen["steps"].max()
-    figure, checks = (gen[gen["steps"] < most], gen[gen["steps"] == most]) if gen["steps"].nunique() > 1 else (gen, None)
+    split = gen["steps"].nunique() > 1
+    figure, checks = (gen[gen["steps"] < most], gen[gen["steps"] == most]) if split else (gen, None)
     return baseline_claims(figure, baselines.rename(columns={"baseline": "loss"}), source=source, checks=checks,
                            level="n", label=lambda v: f"n={v:,.0f}", shares="", levels_name="training-set size n")

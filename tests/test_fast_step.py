@@ -293,7 +293,8 @@ def test_spec_rejects_bad_values():
 @cuda
 def test_cuda_graph_step_equals_eager_step_on_gpu():
     """On a GPU the captured step replays the eager step's math (float32, 1e-4 relative on the
-    loss: the graph path pads the real batch to a fixed capacity, a different summation); so does the
+    loss: the graph path pads the real batch to a fixed capacity, a different summation, and runs the
+    fused Sinkhorn solve against the eager step's eager one); so does the
     batched sweep's graph of K = 2 members (one on Adam, one on SGD), member by member (the same draws
     from each member's generators; 1e-4 relative on each loss over 3 steps)."""
     dev = torch.device("cuda")

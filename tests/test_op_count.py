@@ -11,9 +11,16 @@ Sinkhorn half-step (+60) or a composite softmin (+850) breaks them.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from dpsynth.bench.op_count import count_step_ops
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "benchmarks" / "results" / "op_counts_cpu.json"  # `dpsynth bench ops --json` (2026-12-02)
 
 #: The fused GPU path (compiled solve, torch.logsumexp softmin): dispatcher ops plus the kernels Inductor
 #: generates for the compiled iterations. Measured 657 (torch 2.14.1, 2026-12-02); the issue's target is a
@@ -50,6 +57,31 @@ def test_the_guard_catches_the_cpu_floor_on_the_gpu_path(unfused):
     floored = count_step_ops(fused=False, floor=True)
     assert floored["per_step"] > UNFUSED_BOUND + 500, floored["per_step"]
     assert floored["per_step"] > 1.8 * unfused["per_step"]
+
+
+def test_the_unfused_count_is_the_committed_one(unfused):
+    """The counts are exact for the pinned torch: the committed JSON (which the docs cite) is today's."""
+    committed = json.loads(COMMITTED.read_text())["op_counts"]["unfused, torch.logsumexp"]
+    assert unfused["per_step"] == committed["per_step"], (
+        f"the unfused GPU path now dispatches {unfused['per_step']} ops, the committed count is "
+        f"{committed['per_step']}: re-run `dpsynth bench ops --json {COMMITTED.relative_to(ROOT)}` and update "
+        "docs/performance.md")
+
+
+def test_the_docs_state_the_committed_counts():
+    counts = {k: v for k, v in json.loads(COMMITTED.read_text())["op_counts"].items()}
+    text = (ROOT / "docs" / "performance.md").read_text()
+    section = text[text.index("## Ops per step"):]
+    fused = counts["fused (CUDA default)"]
+    rows = {"  | unfused, the floored": counts["unfused, floored (the CPU's softmin)"]["per_step"],
+            "  | unfused, `torch.logsumexp`": counts["unfused, torch.logsumexp"]["per_step"],
+            "  | fused": fused["per_step"]}
+    for key, value in rows.items():
+        line = next(ln for ln in section.splitlines() if ln.startswith(key))
+        assert f"{value:,}" in line.split("|")[2], (key, value, line)
+    assert f"{fused['ops']} dispatcher ops + {fused['compiled_calls']} x {fused['kernels_per_compiled_call']:.0f}" in section
+    assert re.search(rf"must exceed {UNFUSED_BOUND + 500:,}", section) and f"| {UNFUSED_BOUND} |" in section
+    assert f"| {FUSED_BOUND} |" in section and f"makes {fused['host_ops']} host-side ops" in section
 
 
 def test_the_draws_outside_the_graph_stay_few(unfused):

@@ -85,9 +85,14 @@ def test_the_gpu_path_softmin_is_one_logsumexp_and_the_cpus_the_floored_composit
     assert sum(names[False].values()) < sum(names[True].values()) - 5  # the composite's extra ops
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none in CI / this machine)")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("floor", [True, False])
-def test_fused_solve_equals_the_eager_loop(floor):
-    c, a, b = _problem(dead=20)
+def test_fused_solve_equals_the_eager_loop(floor, device):
+    """On the CPU in CI (Inductor's C++ backend); on a GPU, where there is one, Triton's kernels."""
+    c, a, b = (t.to(device) for t in _problem(dead=20))
     with exp_floor(floor):
         f_e, g_e = sk.sinkhorn_potentials(c, a, b, 0.05, n_iter=30)
         f_f, g_f = sk.sinkhorn_potentials(c, a, b, 0.05, n_iter=30, fused=True)

@@ -82,7 +82,12 @@ def bench_ops(device: str = "cpu", steps: int = 50) -> dict[str, Any]:
     of the graphed step fused, unfused, and unfused with the floored softmin."""
     from dpsynth.bench.op_count import count_step_ops
 
-    out: dict[str, Any] = {"device": device, "op_counts": {
+    import datetime
+
+    import torch
+
+    out: dict[str, Any] = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                           "op_counts": {
         "fused (CUDA default)": count_step_ops(fused=True, floor=False),
         "unfused, torch.logsumexp": count_step_ops(fused=False, floor=False),
         "unfused, floored (the CPU's softmin)": count_step_ops(fused=False, floor=True)}}

@@ -227,3 +227,17 @@ def test_train_max_steps_this_run_must_be_positive(capsys: pytest.CaptureFixture
         main(["train", "dps_mnist", "--max-steps-this-run", "0"])
     assert e.value.code == 2
     assert "--max-steps-this-run: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_prepared_device_call_names_files_that_exist_and_parses() -> None:
+    """benchmarks/device-call.sh (the one call on a lent GPU machine) is valid bash and every test file and
+    script it runs exists here -- its dry run (`--dry-run`, ~5 min on the 2-core machine) is run by hand, not
+    in CI."""
+    script = SCRIPT.parent / "device-call.sh"
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = script.read_text()
+    root = SCRIPT.parents[1]
+    named = set(re.findall(r"(tests/test_\w+\.py|benchmarks/[\w.-]+\.(?:py|sh))", text))
+    assert {"tests/test_ot_fused.py", "benchmarks/gpu.sh", "benchmarks/ewgan_packed.py"} <= named
+    assert all((root / p).is_file() for p in named), sorted(p for p in named if not (root / p).is_file())

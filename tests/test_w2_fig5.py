@@ -90,7 +90,7 @@ def test_mnist_fig5_is_configured_with_the_papers_settings() -> None:
     fig11 = p.all_experiments()["ewgan_mnist_gauss_fig11"]
     assert sweep.steps == fig11.hparams.max_steps
     assert sweep.check_noise_level in sweep.noise_levels and len(sweep.noise_levels) >= 4
-    assert sweep.scales == ["paper", "paper_cpu", "paper_gpu"]  # paper_gpu: tests/test_w2_packed.py
+    assert sweep.scales == ["paper", "paper_gpu", "paper_cpu"]  # paper_gpu: tests/test_w2_packed.py; the last: the CPU one
     for scale in ("paper", "paper_cpu"):
         preset = p.scales[scale]
         assert preset.w2_noise_steps is None and preset.w2_noise_train_subset is None and preset.train_steps is None

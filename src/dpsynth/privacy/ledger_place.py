@@ -23,15 +23,26 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dpsynth.errors import PrivacyError
 from dpsynth.privacy.releases import LEDGER_FILE, Release
 
-if TYPE_CHECKING:
-    from dpsynth.privacy.ledger_store import ReleaseLedger
+
+class ReleaseLedger(Protocol):
+    """What this module uses of ``ledger_store.ReleaseLedger`` (structurally: the store imports this module,
+    so this one names no class of the store's and the two stay one-way)."""
+
+    path: Path
+    source: str
+
+    def _locked(self) -> AbstractContextManager[int]: ...
+
+    def _write(self, fd: int, entries: Sequence[Release]) -> None: ...
+
 
 #: A folder holding one of these is a workspace (a clone of the project, or a copy DVC made of one).
 WORKSPACE_MARKERS = ("params.yaml", "dvc.yaml", "Snakefile")

@@ -107,9 +107,14 @@ class ClassGaussian:
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` images (n, D) in [0, 1] and their labels, the labels drawn by the released priors."""
         labels = rng.choice(len(self.priors), size=n, p=self.priors)
-        e = rng.standard_normal((n, self.basis.shape[1]))
+        return self.sample_labels(labels, rng), labels
+
+    def sample_labels(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One image (in [0, 1]) per given label: the evaluation protocol's balanced labels, as a generator is
+        sampled (``sampling.balanced_labels``)."""
+        e = rng.standard_normal((len(labels), self.basis.shape[1]))
         z = self.means[labels] + np.einsum("nr,nkr->nk", e, self.factors[labels]) @ self.basis.T
-        return np.clip(z * math.sqrt(self.means.shape[1]), 0.0, 1.0), labels
+        return np.clip(z * math.sqrt(self.means.shape[1]), 0.0, 1.0)
 
 
 def fit(stats: dict[str, np.ndarray]) -> ClassGaussian:

@@ -323,18 +323,32 @@ def test_method_table_ours_beside_paper(params: Any, tmp_path: Path) -> None:
     assert dps["LogReg (%) ours"] == "81.2 ± 0.5 (1 run, std over 5 sets)" and dps["LogReg (%) paper"] == "82.0"
     assert dps["FID ours"] == "100.0 ± 2.0 (1 run, std over 5 sets)" and dps["FID paper"] == "124.3"
     modern = DPS_PRIVACY["epsilon"]["rdp_modern"]
-    assert dps["ε ours (every convention)"] == f"rdp_classic=10.00; rdp_modern={modern:.2f} (δ=1e-05)"
+    # issue 70: the cell shows the table's own convention (the papers' RDP conversion), every one in the notes
+    eps = "ε ours (rdp_classic; all: notes)"
+    assert dps[eps] == "10.00 (δ=1e-05)"
+    assert f"ε ours of DP-Sinkhorn (dps_mnist) in every convention (the cell shows rdp_classic, the papers' RDP " \
+           f"conversion): rdp_classic=10.00; rdp_modern={modern:.2f} (δ=1e-05)" in b.notes
     assert dps["ε paper"] == "10 (δ=1e-05)" and dps["Scale"] == "quick"
     gs = row(f, "Method", "GS-WGAN")
     assert gs["CNN (%) ours"] == "not evaluated" and gs["CNN (%) paper"] == "80"
-    assert f"as_published.rdp_classic={GS_PRIVACY['epsilon']['as_published.rdp_classic']:.2f}" in gs["ε ours (every convention)"]
-    assert "sound.rdp_classic=10.00" in gs["ε ours (every convention)"]
+    assert gs[eps] == "10.00 (sound; δ=1e-05)"  # its headline: the sound accounting in the papers' conversion
+    gs_note = next(n for n in b.notes if n.startswith("ε ours of GS-WGAN (gswgan_mnist)"))
+    assert f"as_published.rdp_classic={GS_PRIVACY['epsilon']['as_published.rdp_classic']:.2f}" in gs_note
+    assert "sound.rdp_classic=10.00" in gs_note
+    # the result first (issue 70): the method, then accuracy, FID/KID, precision/recall; epsilon, run, scale after
+    assert list(f.columns) == [
+        "Method", "LogReg (%) ours", "LogReg (%) paper", "MLP (%) ours", "MLP (%) paper", "CNN (%) ours",
+        "CNN (%) paper", "FID ours", "FID paper", "KID (×10³) ours", "FID∞ ours", "Precision ours", "Recall ours",
+        "Run", "Scale", eps, "ε paper", "Paper source"]
+    # no raw LaTeX in a cell: the paper's "DP-Sinkhorn ($\\nabla_{\\theta} \\hat{S}$)" as it prints
+    assert row(f, "Method", "DP-Sinkhorn (grad theta)")["Paper source"].endswith("row 'DP-Sinkhorn (∇θ Ŝ)'")
+    assert not any("$" in str(v) or "\\" in str(v) for v in f.to_numpy().ravel())
     gp = row(f, "Method", "G-PATE")
     assert gp["CNN (%) ours"] == "reported only" and gp["CNN (%) paper"] == "51/80.9"
     grad = row(f, "Method", "DP-Sinkhorn (grad theta)")
     assert grad["MLP (%) ours"] == "not run" and grad["MLP (%) paper"] == "79.9"
     npr = row(f, "Method", "Non-private Sinkhorn")
-    assert npr["FID ours"] == "unavailable" and npr["ε ours (every convention)"] == "∞ (non-private)"
+    assert npr["FID ours"] == "unavailable" and npr[eps] == "∞ (non-private)"
     assert npr["Scale"] == "smoke (report scale: quick)"
     assert any("no Inception weights offline" in n for n in b.notes)
     real = row(f, "Method", "Real data")
@@ -640,7 +654,8 @@ def test_a_row_with_several_training_runs_says_so_and_composes_their_epsilon(tmp
     f = build_table("table1_mnist", params, tmp_path).frame
     dps = row(f, "Method", "DP-Sinkhorn")
     assert dps["LogReg (%) ours"] == "20.0 (1 run, 5 sets, all equal)"
-    assert "together" not in dps["ε ours (every convention)"]
+    eps = "ε ours (rdp_classic; all: notes)"
+    assert "together" not in dps[eps]
     for name, acc in (("dps_mnist_seeds-seed1", 0.30), ("dps_mnist_seeds-seed2", 0.40)):
         write_metrics(tmp_path, name, privacy=DPS_PRIVACY, acc={"logreg": (acc, 0.0)})
     f = build_table("table1_mnist", params, tmp_path).frame
@@ -650,9 +665,9 @@ def test_a_row_with_several_training_runs_says_so_and_composes_their_epsilon(tmp
     store = RunStore(tmp_path)
     together = compose_runs([store.experiment(n) for n in params.replicates_of("dps_mnist")])
     assert together.epsilon > 10.0 + 1.0  # three releases at epsilon 10 cost more than one
-    assert dps["ε ours (every convention)"].startswith("per run: rdp_classic=10.00")
-    assert f"the 3 runs together: ε={together.epsilon:.2f} (RDP composition of 3 central run(s)" in \
-        dps["ε ours (every convention)"]
+    assert dps[eps] == f"per run: 10.00 (δ=1e-05); the 3 runs together: ε={together.epsilon:.2f}"
+    b = build_table("table1_mnist", params, tmp_path)
+    assert "ε ours of DP-Sinkhorn: the 3 runs together by RDP composition of 3 central run(s)" in " ".join(b.notes)
 
 
 def test_w2_table_prints_draw_spreads_and_the_reference_rows(params: Any, tmp_path: Path) -> None:

@@ -373,6 +373,36 @@ def epsilon_cell(run: Run | None, *, real: bool = False) -> str:
     return cell if label is None else f"{cell} [{label}]"
 
 
+#: The (epsilon, delta) conversion of the papers' central-DP tables (Mironov 2017's RDP conversion; "the
+#: papers' RDP conversion"): a table's epsilon cell shows ours in it, so it reads beside the paper's number;
+#: every other convention goes to the table's notes (:func:`epsilon_cell`).
+TABLE_CONVENTION = "rdp_classic"
+
+
+def table_epsilon_cell(run: Run | None, *, real: bool = False, convention: str = TABLE_CONVENTION) -> str:
+    """The run's epsilon in the table's own ``convention`` alone, short (issue 70: the result first), e.g.
+    ``10.00 (δ=1e-05)``. A run reporting the convention under an accounting (GS-WGAN's ``sound.rdp_classic``,
+    its headline, before ``as_published.rdp_classic``) names that accounting; one without it shows its headline
+    convention by name. :func:`epsilon_cell` gives every convention, for the notes."""
+    if run is None or real:
+        return epsilon_cell(run, real=real)
+    eps = run.epsilons()
+    if not eps or set(eps) == {"non_private"}:
+        return epsilon_cell(run)
+    head = str((run.privacy or {}).get("headline") or "")
+    under = [c for c in ordered_conventions(list(eps)) if c.endswith(f".{convention}")]
+    key = (convention if convention in eps else head if head.endswith(f".{convention}")
+           else under[0] if under else head if head in eps else ordered_conventions(list(eps))[0])
+    name = "" if key == convention else key.removesuffix(f".{convention}") if key.endswith(f".{convention}") else key
+    delta = (run.privacy or {}).get("delta")
+    extra = [name] if name else []
+    if isinstance(delta, int | float) and delta > 0:
+        extra.append(f"δ={delta:g}")
+    cell = fmt_number(eps[key], 2) + (f" ({'; '.join(extra)})" if extra else "")
+    label = privacy_label(run.privacy)
+    return cell if label is None else f"{cell} [{label}]"
+
+
 def sigma_cell(run: Run | None) -> str:
     if run is None:
         return NOT_RUN

@@ -8,6 +8,7 @@ kind imports them), not to this module.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ import pandas as pd
 
 from dpsynth.config import Experiment, Params, Table, sweep_cell_name
 from dpsynth.report.published import PaperTable
-from dpsynth.report.runs import NOT_REPORTED
+from dpsynth.report.runs import NOT_REPORTED, TABLE_CONVENTION, Run, epsilon_cell
 
 
 @dataclass
@@ -89,3 +90,57 @@ def _paper_metric(paper: PaperTable | None, row_id: str | None, metric: str, dat
         return NOT_REPORTED
     value = paper.value(row_id, metric, dataset)
     return NOT_REPORTED if value is None else value
+
+
+#: What a reader looks for, in this order, right after what names a row (its method, or a grid's keys):
+#: downstream accuracy, then fidelity (FID, IS, KID, FID-infinity), then precision and recall; the epsilon,
+#: run, scale and source columns follow (issue 70: at 1400x1000 Table 1's first accuracy sat 1,636 px into a
+#: 775 px frame behind Method, Run, Scale and every epsilon convention). Each "X ours" keeps its "X paper".
+_READER_ORDER = (re.compile(r"\(%\)|\bAcc\b"), re.compile(r"^(FID|IS|KID)\b"), re.compile(r"^(Precision|Recall)\b"))
+
+
+def _result_first(frame: pd.DataFrame, lead: list[str]) -> pd.DataFrame:
+    """``frame`` with ``lead`` (the row's name) first, then the result columns in ``_READER_ORDER``'s
+    groups (their own order kept within a group), then every other column in its order."""
+    rest = [c for c in frame.columns if c not in lead]
+    groups: list[list[str]] = [[] for _ in _READER_ORDER]
+    for c in rest:
+        for g, pattern in zip(groups, _READER_ORDER):
+            if pattern.search(str(c)):
+                g.append(c)
+                break
+    results = [c for g in groups for c in g]
+    return frame[[*lead, *results, *(c for c in rest if c not in results)]]
+
+
+#: The header of our epsilon column: the table's own convention (``runs.table_epsilon_cell``).
+EPS_OURS = f"ε ours ({TABLE_CONVENTION}; all: notes)"
+
+
+def _epsilon_notes(rows_runs: list[tuple[str, Run | None]]) -> list[str]:
+    """Every convention of each row's run, which the epsilon cell leaves out: one note per row with a
+    privacy report (real-data and non-private rows have nothing more to say)."""
+    out = []
+    for label, run in rows_runs:
+        if run is None or len(run.epsilons()) < 2:
+            continue
+        out.append(f"ε ours of {label} ({run.name}) in every convention (the cell shows {TABLE_CONVENTION}, "
+                   f"the papers' RDP conversion): {epsilon_cell(run)}")
+    return out
+
+
+#: LaTeX a paper prints in a row's label (published.yaml keeps the paper's text, which tests/test_report.py
+#: finds in the paper), as the page shows it: no raw LaTeX reaches a cell.
+_LATEX = ((r"\nabla", "∇"), (r"\theta", "θ"), (r"\hat{S}", "Ŝ"), ("_{", ""), ("{", ""), ("}", ""), ("$", ""))
+
+
+def _plain_label(text: str) -> str:
+    """A paper's row label without LaTeX (``DP-Sinkhorn ($\\nabla_{\\theta} \\hat{S}$)`` -> ``DP-Sinkhorn (∇θ Ŝ)``)."""
+    for a, b in _LATEX:
+        text = text.replace(a, b)
+    return text
+
+
+def _paper_source(paper: PaperTable, row_id: str) -> str:
+    """The "Paper source" cell: the paper's table and the row's label as the paper prints it, LaTeX rendered."""
+    return f"{paper.source}, row '{_plain_label(paper.rows[row_id].left)}'"

@@ -16,12 +16,23 @@ from dpsynth.report.runs import (
     NOT_RUN,
     Run,
     RunStore,
-    epsilon_cell,
     metric_cell,
     scale_cell,
     sigma_cell,
+    table_epsilon_cell,
 )
-from dpsynth.report.tables.common import BuiltTable, _exp_value, _fmt_key, _members, _paper_eps, _paper_metric
+from dpsynth.report.tables.common import (
+    EPS_OURS,
+    BuiltTable,
+    _epsilon_notes,
+    _exp_value,
+    _fmt_key,
+    _members,
+    _paper_eps,
+    _paper_metric,
+    _paper_source,
+    _result_first,
+)
 from dpsynth.report.tables.notes import _notes, _ours
 
 
@@ -46,14 +57,14 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
         rec["Run"] = exp_name or NOT_RUN
         rec["Scale"] = scale_cell(run, params.scale) if ours else NOT_RUN
         rec["σ ours"] = sigma_cell(run) if ours else NOT_RUN
-        rec["ε ours (every convention)"] = epsilon_cell(run) if ours else NOT_RUN
+        rec[EPS_OURS] = table_epsilon_cell(run) if ours else NOT_RUN
         rec["ε paper"] = _paper_eps(paper, prow_id, dataset) if prow_id else NOT_REPORTED
         paper_vals = {}
         for metric, label in METRICS.items():
             rec[f"{label} ours"] = metric_cell(run, metric) if ours else NOT_RUN
             rec[f"{label} paper"] = _paper_metric(paper, prow_id, metric, dataset)
             paper_vals[metric] = rec[f"{label} paper"]
-        rec["Paper source"] = f"{paper.source}, row '{paper.rows[prow_id].left}'" if prow_id else NOT_REPORTED
+        rec["Paper source"] = _paper_source(paper, prow_id) if prow_id else NOT_REPORTED
         records.append(rec)
         cells.append((key_vals, run, paper_vals))
 
@@ -80,6 +91,7 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
     for rid, prow in paper.rows.items():
         if rid not in matched:
             add({k: _fmt_key(v) for k, v in prow.key.items()}, None, None, rid)
-    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records),
-                      [*_notes(rows_runs, [paper]), *_ours(table)], runs, grid={"keys": keys, "cells": cells},
+    frame = _result_first(pd.DataFrame.from_records(records), keys)
+    return BuiltTable(name, table.title, table.paper, frame,
+                      [*_notes(rows_runs, [paper]), *_epsilon_notes(rows_runs), *_ours(table)], runs, grid={"keys": keys, "cells": cells},
                       ours=sum(run is not None for _, run in rows_runs))

@@ -22,25 +22,41 @@ from dpsynth.report.runs import (
     SMALL_N_METRICS,
     Run,
     RunStore,
-    epsilon_cell,
     fmt_number,
     metric_cell,
     scale_cell,
+    table_epsilon_cell,
 )
-from dpsynth.report.tables.common import BuiltTable, _members, _paper_eps, _paper_metric, _Row
+from dpsynth.report.tables.common import (
+    EPS_OURS,
+    BuiltTable,
+    _epsilon_notes,
+    _members,
+    _paper_eps,
+    _paper_metric,
+    _paper_source,
+    _result_first,
+    _Row,
+)
 from dpsynth.report.tables.gswgan import GSWGAN_METRICS, gswgan_cell, gswgan_notes
 from dpsynth.report.tables.notes import _notes, _ours
 
 
 def _epsilon_of_runs(runs: list[Run], *, real: bool) -> str:
-    """The per-run epsilon cell, and for R > 1 training runs what publishing all R costs (each run is its own
-    release: ``ledger.compose_runs``, the privacy ledger's composition)."""
-    cell = epsilon_cell(runs[0] if runs else None, real=real)
+    """The per-run epsilon cell in the table's own convention, and for R > 1 training runs what publishing
+    all R costs (each run is its own release: ``ledger.compose_runs``, the privacy ledger's composition; how it
+    was composed goes to the notes, :func:`_together_note`)."""
+    cell = table_epsilon_cell(runs[0] if runs else None, real=real)
     if len(runs) < 2 or real:
         return cell
     together = compose_runs(runs)
     eps = "∞" if math.isinf(together.epsilon) else fmt_number(together.epsilon, 2)
-    return f"per run: {cell}; the {len(runs)} runs together: ε={eps} ({together.how})"
+    return f"per run: {cell}; the {len(runs)} runs together: ε={eps}"
+
+
+def _together_note(label: str, runs: list[Run]) -> str:
+    """How a row's R training runs' epsilon was composed (the cell gives the total)."""
+    return f"ε ours of {label}: the {len(runs)} runs together by {compose_runs(runs).how}"
 
 
 def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
@@ -64,7 +80,7 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     # GS-WGAN's Calibrated Acc divides by the table's real-data row (or the dataset's, if it lists none)
     real_name = next((r.real for r in rows if r.real is not None), dataset)
     real_run = store.real(real_name) if gswgan and real_name else None
-    records, rows_runs, runs = [], [], []
+    records, rows_runs, runs, together = [], [], [], []
     for row in rows:
         pt, rid = row.paper if row.paper else (None, None)
         ours_exists = row.experiment is not None or row.real is not None
@@ -77,7 +93,7 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         rec: dict[str, str] = {"Method": row.label, "Run": row.experiment or (f"real_{row.real}" if row.real
                                                                               else REPORTED_ONLY)}
         rec["Scale"] = scale_cell(run, params.scale) if ours_exists else REPORTED_ONLY
-        rec["ε ours (every convention)"] = _epsilon_of_runs(reps, real=row.real is not None) if ours_exists \
+        rec[EPS_OURS] = _epsilon_of_runs(reps, real=row.real is not None) if ours_exists \
             else REPORTED_ONLY
         # (GS-WGAN's Table 1 prints its epsilon in the caption, which does not cover its Real row)
         rec["ε paper"] = _paper_eps(pt, rid, dataset) if rid is not None and not (gswgan and row.real) \
@@ -94,10 +110,14 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
             if metric == "fid":  # KID, FID-infinity, precision and recall beside FID; ours only (no paper column)
                 for extra, extra_label in SMALL_N_METRICS.items():
                     rec[f"{extra_label} ours"] = metric_cell(reps, extra) if ours_exists else REPORTED_ONLY
-        rec["Paper source"] = f"{pt.source}, row '{pt.rows[rid].left}'" if pt is not None and rid else NOT_REPORTED
+        rec["Paper source"] = _paper_source(pt, rid) if pt is not None and rid else NOT_REPORTED
         records.append(rec)
+        if len(reps) > 1 and row.experiment:
+            together.append(_together_note(row.label, reps))
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
     notes = [*_notes(rows_runs, papers, fid=False), *gswgan_notes(rows_runs, real_run, real_name)] if gswgan \
         else _notes(rows_runs, papers, small_n=True)
-    return BuiltTable(name, table.title, table.paper, pd.DataFrame.from_records(records), [*notes, *_ours(table)],
-                      runs, ours=sum(run is not None for _, run in rows_runs))
+    notes += [*_epsilon_notes(rows_runs), *together]
+    frame = _result_first(pd.DataFrame.from_records(records), ["Method"])
+    return BuiltTable(name, table.title, table.paper, frame, [*notes, *_ours(table)], runs,
+                      ours=sum(run is not None for _, run in rows_runs))

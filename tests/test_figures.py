@@ -140,3 +140,22 @@ def test_privacy_utility_averages_the_seeds_of_one_target(tmp_path: Path, drawn:
     assert "2 runs per ε" in bars.get_label()
     spread = bars.lines[2][0].get_segments()  # the error bars: ± the sample std of 40 % and 60 %
     assert spread[0][1][1] - spread[0][0][1] == pytest.approx(2 * np.std([40.0, 60.0], ddof=1))
+
+
+def test_heat_map_text_reads_on_its_colour(tmp_path: Path, drawn: list) -> None:
+    """Issue 70: the NeurIPS heat map printed black on viridis' dark purple. Each cell's text is white on a dark
+    cell, black on a light one (relative luminance), and black on the grey of a cell not run."""
+    from dpsynth.report.figures import heat_maps, text_colour
+    from dpsynth.report.tables import BuiltTable
+
+    assert text_colour((0.267, 0.005, 0.329, 1.0)) == "white"  # viridis' darkest purple
+    assert text_colour((0.993, 0.906, 0.144, 1.0)) == "black"  # its yellow
+    cells = [({"p": p, "m": m}, None, {"fid": str(fid), "logreg": "50", "mlp": "60", "cnn": "70"})
+             for (p, m), fid in zip([("0.2", "1"), ("0.2", "2"), ("1", "1"), ("1", "2")], (10, 20, 30, 40))]
+    built = BuiltTable("g", "G", "P", pd.DataFrame({"a": ["x"]}), grid={"keys": ["p", "m"], "cells": cells})
+    assert heat_maps(built, tmp_path) == tmp_path / "g_heatmap.png"
+    ours, paper = drawn[-1].axes[0], drawn[-1].axes[len(drawn[-1].axes) // 2]  # FID: ours on top, the paper's below
+    colours = {t.get_text(): t.get_color() for t in paper.texts}
+    # FID uses viridis reversed: the lowest (10) is yellow, the highest (40) dark purple
+    assert colours["10.0"] == "black" and colours["40.0"] == "white"
+    assert {t.get_color() for t in ours.texts} == {"black"}  # "not run" on light grey

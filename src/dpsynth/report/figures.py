@@ -293,6 +293,15 @@ def _axis(values: list[str]) -> list[str]:
     return sorted(uniq, key=str.lower)
 
 
+def text_colour(rgba: tuple[float, ...]) -> str:
+    """Black or white, whichever reads on a cell of colour ``rgba`` (issue 70: the NeurIPS heat map printed
+    black on viridis' dark purple): white where the cell's relative luminance (WCAG 2, sRGB) is below 0.179,
+    the level at which white and black have the same contrast against it."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    luminance = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "white" if luminance < 0.179 else "black"
+
+
 def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
     """Two-key grids: ours (top) and the paper's (bottom) for FID and each classifier; a blank
     (grey) square is a cell not run / not reported, annotated as such."""
@@ -320,11 +329,13 @@ def heat_maps(built: BuiltTable, out_dir: Path) -> Path | None:
         cmap = plt.get_cmap("viridis_r" if metric == "fid" else "viridis").with_extremes(bad="#dddddd")
         for i, (who, grid) in enumerate(grids.items()):
             ax = axes[i, j]  # one colour scale for ours and the paper's, so the colours compare
-            ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
+            rgba = image.cmap(image.norm(np.ma.masked_invalid(grid)))  # each cell's colour, grey where masked
             for r in range(len(rows_ax)):
                 for c in range(len(cols_ax)):
                     txt = f"{grid[r, c]:.1f}" if np.isfinite(grid[r, c]) else ("not run" if who == "ours" else "n/r")
-                    ax.text(c, r, txt, ha="center", va="center", fontsize=6)
+                    ax.text(c, r, txt, ha="center", va="center", fontsize=6,
+                            color=text_colour(tuple(rgba[r, c])))
             ax.set_xticks(range(len(cols_ax)), cols_ax, fontsize=7)
             ax.set_yticks(range(len(rows_ax)), rows_ax, fontsize=7)
             ax.set_xlabel(k1, fontsize=8)

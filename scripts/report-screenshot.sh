@@ -3,6 +3,8 @@
 # For `snakemake --report` (a single-page app: its captions exist only after its scripts ran) and for a
 # table's own page (results/tables/<table>.html, what the report shows in a frame).
 #   scripts/report-screenshot.sh page.html shot.png [dom.html]
+# REPORT_WINDOW=W,H sets the window (default 1400,1100); a table's page is measured at the size of the
+# report's frame (tests/test_report_page.py: Table 1's first accuracy on the first screen).
 # Needs chromium-headless-shell or chromium (Debian; installed by scripts/system-packages.sh). Each run
 # uses a fresh profile and reaches nothing on the network (no updates, no sync, no first-run pages).
 set -euo pipefail
@@ -12,7 +14,7 @@ browser=$(command -v chromium-headless-shell || command -v chromium || true)
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update
-       --disable-sync --no-first-run "--user-data-dir=$profile" --hide-scrollbars --window-size=1400,1100
+       --disable-sync --no-first-run "--user-data-dir=$profile" --hide-scrollbars "--window-size=${REPORT_WINDOW:-1400,1100}"
        --virtual-time-budget=8000)
 "$browser" "${flags[@]}" --screenshot="$shot" "file://$page" >/dev/null 2>&1
 [ -s "$shot" ] || { echo "report-screenshot: $browser wrote no screenshot" >&2; exit 1; }

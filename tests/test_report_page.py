@@ -190,10 +190,12 @@ def _page_data(page: str, var: str) -> dict:
     return json.loads(m.group(1))
 
 
-def _browser(page: Path, tmp_path: Path) -> str:
-    """``page`` rendered by headless Chromium (scripts/report-screenshot.sh): its DOM after its scripts ran,
-    as text; the screenshot must not be blank. Skips without Chromium, fails under CI."""
+def _browser(page: Path, tmp_path: Path, window: tuple[int, int] | None = None) -> str:
+    """``page`` rendered by headless Chromium (scripts/report-screenshot.sh) in a ``window`` (width, height; the
+    script's default otherwise): its DOM after its scripts ran, as text; the screenshot must not be blank.
+    Skips without Chromium, fails under CI."""
     import html
+    import os
     import subprocess
 
     from PIL import Image
@@ -201,8 +203,9 @@ def _browser(page: Path, tmp_path: Path) -> str:
     from tests.conftest import require
 
     shot, dom = tmp_path / f"{page.stem}.png", tmp_path / f"{page.stem}-dom.html"
+    env = {**os.environ, **({"REPORT_WINDOW": f"{window[0]},{window[1]}"} if window else {})}
     res = subprocess.run(["bash", str(REPO / "scripts/report-screenshot.sh"), str(page), str(shot), str(dom)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=env)
     require(res.returncode != 3, res.stderr.strip())  # no headless chromium (scripts/system-packages.sh installs it)
     assert res.returncode == 0, res.stderr
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
@@ -257,3 +260,67 @@ def test_report_page_renders(smoke_pipelines, tmp_path: Path) -> None:
     notes = [" ".join(n[2:].replace("`", "").split())
              for n in md.split("Notes:", 1)[1].splitlines() if n.startswith("- ")]
     assert len(notes) >= 5 and all(n in text for n in notes), [n for n in notes if n not in text]
+
+
+#: The frame in which `snakemake --report` shows a table's page in a 1400x1000 window (issue 70's measure:
+#: 775 px wide beside the menu; the frame is as tall as the window, Tailwind's h-screen).
+FRAME = (775, 1000)
+#: Added to a copy of a table's page: after layout, the first accuracy cell of the first row, its header
+#: and its box, printed into the page as text (the DOM Chromium dumps), so the test reads where it lies.
+_MEASURE = """<script>
+addEventListener("load", () => {
+  const head = [...document.querySelectorAll("table.results thead th")];
+  const col = head.findIndex(th => /\\(%\\)|\\bAcc\\b/.test(th.textContent));
+  const cell = document.querySelector("table.results tbody tr").children[col];
+  const r = cell.getBoundingClientRect();
+  const out = document.createElement("pre");
+  out.textContent = "first-accuracy " + JSON.stringify({header: head[col].textContent, text: cell.textContent,
+    left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: innerWidth, height: innerHeight});
+  document.body.appendChild(out);
+});
+</script>
+</body>"""
+
+
+def first_accuracy_box(built: BuiltTable, tmp_path: Path) -> dict:
+    """Where Table 1's first accuracy value lies when its page is opened in the report's frame (``FRAME``)."""
+    page = tmp_path / f"{built.name}-measured.html"
+    page.write_text(table_document(built, "Table 1", "smoke").replace("</body>", _MEASURE, 1), encoding="utf-8")
+    text = _browser(page, tmp_path, FRAME)
+    m = re.search(r"first-accuracy (\{.*?\})", text)
+    assert m, f"the measuring script did not run: {text[-300:]}"
+    return dict(json.loads(m.group(1)))
+
+
+def test_table1s_first_accuracy_is_on_the_first_screen(tmp_path: Path) -> None:
+    """Issue 70: at 1400x1000 Table 1's first accuracy column started ~1,636 px into the report's 775 px frame,
+    behind Method, Run, Scale and every epsilon convention. Built from the smoke run's rows (the real data,
+    DP-Sinkhorn, GS-WGAN; the fixture metrics of tests/test_report.py, at scale smoke under params.yaml's
+    report scale, so the Scale cells are their longest) and opened as the report's frame shows it, the first
+    row's first accuracy value lies wholly inside the frame's first screen."""
+    from dpsynth.report.tables import build_table
+    from tests.test_report import DPS_PRIVACY, GS_PRIVACY, write_metrics
+
+    results = tmp_path / "results"
+    write_metrics(results, "real_fashion_mnist", fid=None, scale="smoke",
+                  acc={"logreg": (0.8451, 0.0), "mlp": (0.8823, 0.0), "cnn": (0.9081, 0.0)})
+    write_metrics(results, "dps_fmnist", privacy=DPS_PRIVACY, scale="smoke")
+    write_metrics(results, "gswgan_fmnist", privacy=GS_PRIVACY, scale="smoke")
+    built = build_table("table1_fmnist", load_params(REPO / "params.yaml"), results)
+    box = first_accuracy_box(built, tmp_path)
+    assert (box["width"], box["height"]) == FRAME, box  # the window is the frame
+    assert box["header"].startswith("LogReg (%) ours") and box["text"] == "84.5 (1 run, 5 sets, all equal)", box
+    assert 0 <= box["left"] and box["right"] <= FRAME[0] and 0 <= box["top"] and box["bottom"] <= FRAME[1], box
+
+
+def test_no_table_of_the_page_shows_raw_latex(params, tmp_path: Path) -> None:
+    """Issue 70: a cell of Table 1 showed the paper's '($\\nabla_{\\theta} \\hat{S}$)'. No cell, header or note
+    of any params.yaml table (built with no runs: every paper row and note is there) holds '$' or a backslash."""
+    from dpsynth.report.tables import build_tables
+
+    built = build_tables(params, tmp_path)
+    shown = {name: [*map(str, b.frame.columns), *map(str, b.frame.to_numpy().ravel()), *b.notes, b.title]
+             for name, b in built.items()}
+    assert sum(len(v) for v in shown.values()) > 500
+    assert {n: [t for t in texts if "$" in t or "\\" in t] for n, texts in shown.items()} == {n: [] for n in shown}
+    assert "'DP-Sinkhorn (∇θ Ŝ)'" in " ".join(shown["table1_fmnist"])

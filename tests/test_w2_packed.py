@@ -51,8 +51,11 @@ def test_a_packed_sweep_writes_the_per_run_sweeps_rows_and_resumes_from_its_cach
 
 def test_a_cut_pack_resumes_from_its_members_checkpoints(tmp_path: Path) -> None:
     """A pack stopped mid-way (its members' checkpoints on disk) ends where an uncut one ends."""
-    from dpsynth.evaluate.w2 import sweep_runs
+    from dpsynth.evaluate.w2 import privatized_records, sweep_runs
     from dpsynth.evaluate.w2_packed import train_packed
+
+    def packed(**kw):
+        return train_packed(runs, todo, train, settings, privatize=privatized_records, pack=4, **kw)
 
     rng = np.random.default_rng(1)
     train = _half_circle(rng, 200)
@@ -60,7 +63,7 @@ def test_a_cut_pack_resumes_from_its_members_checkpoints(tmp_path: Path) -> None
                 "sinkhorn_scaling": None}
     runs = sweep_runs([0.1, 0.3], ["entropic"], 6, check_level=0.3)
     todo = list(range(len(runs)))
-    whole = {i: g.state_dict() for i, g, _ in train_packed(runs, todo, train, settings, pack=4)}
+    whole = {i: g.state_dict() for i, g, _ in packed()}
 
     class Cut(Exception):
         pass
@@ -74,9 +77,9 @@ def test_a_cut_pack_resumes_from_its_members_checkpoints(tmp_path: Path) -> None
 
     folder = tmp_path / "packed"
     with pytest.raises(Cut):
-        list(train_packed(runs, todo, train, settings, pack=4, folder=folder, save_seconds=0.0, on_step=stop))
+        list(packed(folder=folder, save_seconds=0.0, on_step=stop))
     assert len(list(folder.glob("*.pt"))) == 3  # two figure runs and the step check, saved at step 2
-    resumed = {i: g.state_dict() for i, g, _ in train_packed(runs, todo, train, settings, pack=4, folder=folder)}
+    resumed = {i: g.state_dict() for i, g, _ in packed(folder=folder)}
     assert sorted(resumed) == sorted(whole)
     for i, state in whole.items():
         for name, value in state.items():

@@ -304,6 +304,8 @@ def noise_sweep(
         from dpsynth.evaluate.w2_packed import sweep_packed
 
         for i, row in sweep_packed(runs, todo, clean_train, clean_ref, settings, pack=pack, device=device,
+                                   privatize=privatized_records, score=train_and_score, worker_init=_worker_init,
+                                   score_in_worker=_score_trained_in_worker,
                                    cache=cache, workers=workers, threads=threads, extra=extra, on_step=on_step):
             done[i] = finish(runs[i], row)
     elif workers <= 1 or len(todo) <= 1:
@@ -349,6 +351,17 @@ def _worker_init(clean_train: np.ndarray, clean_ref: np.ndarray, threads: int,
 
 def _worker_run(run: NoiseRun, settings: dict[str, Any]) -> dict[str, Any]:
     return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings, extra=_WORKER_DATA["extra"])
+
+
+def _score_trained_in_worker(run: NoiseRun, settings: dict[str, Any], arch: dict[str, Any], state: dict[str, Any],
+                             secs: float) -> dict[str, Any]:
+    """A worker scores one packed-trained generator (``w2_packed``), rebuilt from its weights on the worker's CPU."""
+    from dpsynth.nets import build_seeded_generator
+
+    gen = build_seeded_generator(arch, 0, "cpu")
+    gen.load_state_dict(state)
+    return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings, extra=_WORKER_DATA["extra"],
+                           generator=gen.eval(), trained_seconds=secs)
 
 
 class _RowCache:

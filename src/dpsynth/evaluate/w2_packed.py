@@ -57,14 +57,15 @@ def train_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarr
                  pack: int, device: str = "cpu", folder: Path | None = None,
                  key: Callable[[Any], str] = lambda r: f"{r.role}-{r.loss}-s{r.noise_std:g}-{r.seed}",
                  save_seconds: float = 120.0,
-                 on_step: Callable[[], None] | None = None) -> Iterator[tuple[int, Any, float]]:
+                 on_step: Callable[[], None] | None = None,
+                 privatize: Callable[[np.ndarray, float, int, int], np.ndarray]) -> Iterator[tuple[int, Any, float]]:
     """Train ``todo``'s runs pack by pack; yields ``(index, generator, training seconds per member)`` for every
     run as it reaches its own step count. ``folder`` keeps the member checkpoints (None: none kept, nothing
-    resumes)."""
+    resumes). ``privatize(train, s, seed, level)``: a run's privatized records (``w2.privatized_records``,
+    handed in by the sweep so this module never imports it back)."""
     import torch
 
     from dpsynth.config import EntropicWGANHparams
-    from dpsynth.evaluate.w2 import privatized_records
     from dpsynth.methods.entropic_wgan import LossSpec, to_records
     from dpsynth.methods.entropic_wgan.packed import Member, PackedEWGAN
 
@@ -84,7 +85,7 @@ def train_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarr
         for i in group:
             r = runs[i]
             if (r.seed, r.level) not in records:
-                noisy = privatized_records(train, r.noise_std, r.seed, r.level)
+                noisy = privatize(train, r.noise_std, r.seed, r.level)
                 records[(r.seed, r.level)] = torch.as_tensor(noisy.astype(np.float32), device=device)
                 del noisy
             members[i] = Member(key(r), r.seed, records[(r.seed, r.level)], 2.0 * r.noise_std ** 2)
@@ -127,14 +128,18 @@ def forget(folder: Path | None, name: str) -> None:
 def sweep_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarray, clean_ref: np.ndarray,
                  settings: dict[str, Any], *, pack: int, device: str, cache: Any, workers: int, threads: int,
                  extra: Callable[[np.ndarray, int], dict[str, Any]] | None,
-                 on_step: Callable[[], None] | None) -> Iterator[tuple[int, dict[str, Any]]]:
+                 on_step: Callable[[], None] | None, privatize: Callable[..., np.ndarray],
+                 score: Callable[..., dict[str, Any]], worker_init: Callable[..., None],
+                 score_in_worker: Callable[..., dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``noise_sweep``'s packed path: ``(index, row)`` per run of ``todo``, each row cached (``cache``: the
     sweep's row cache, whose keys name the member checkpoints) as it is scored. The scoring -- exact W2 on
-    the host, 8 draws per run -- runs in ``workers`` processes while the next pack trains."""
+    the host, 8 draws per run -- runs in ``workers`` processes while the next pack trains. The sweep hands in
+    its own pieces -- ``privatize`` (a run's records), ``score`` (``train_and_score``), ``worker_init`` and
+    ``score_in_worker`` (its worker processes' set-up and scoring of a trained generator's weights) -- so
+    the sweep imports this module and never the other way round."""
     import multiprocessing as mp
     from concurrent.futures import Future, ProcessPoolExecutor
 
-    from dpsynth.evaluate.w2 import _worker_init, train_and_score
     from dpsynth.methods.entropic_wgan import generator_arch
 
     arch = generator_arch(settings["generator"], tuple(np.asarray(clean_train).shape[1:]))
@@ -142,7 +147,7 @@ def sweep_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarr
     key = (lambda r: cache._path(r).stem) if cache is not None else (lambda r: f"{r.role}-{r.loss}-{r.seed}")
     pool = None
     if workers > 1:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=worker_init,
                                    initargs=(clean_train, clean_ref, threads, extra))
     pending: list[tuple[int, Future[dict[str, Any]]]] = []
 
@@ -154,13 +159,13 @@ def sweep_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarr
 
     try:
         for i, gen, secs in train_packed(runs, todo, clean_train, settings, pack=pack, device=device,
-                                         folder=folder, key=key, on_step=on_step):
+                                         folder=folder, key=key, on_step=on_step, privatize=privatize):
             if pool is None:
-                yield done(i, train_and_score(runs[i], clean_train, clean_ref, settings, extra=extra, generator=gen,
-                                              trained_seconds=secs))
+                yield done(i, score(runs[i], clean_train, clean_ref, settings, extra=extra, generator=gen,
+                                    trained_seconds=secs))
                 continue
             state = {k: v.cpu() for k, v in gen.state_dict().items()}
-            pending.append((i, pool.submit(_score_in_worker, runs[i], settings, arch, state, secs)))
+            pending.append((i, pool.submit(score_in_worker, runs[i], settings, arch, state, secs)))
             while pending and pending[0][1].done():
                 j, fut = pending.pop(0)
                 yield done(j, fut.result())
@@ -169,15 +174,3 @@ def sweep_packed(runs: Sequence[Any], todo: Sequence[int], clean_train: np.ndarr
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-
-
-def _score_in_worker(run: Any, settings: dict[str, Any], arch: dict[str, Any], state: dict[str, Any],
-                     secs: float) -> dict[str, Any]:
-    """A worker scores one packed-trained generator (rebuilt from its weights on the worker's CPU)."""
-    from dpsynth.evaluate.w2 import _WORKER_DATA, train_and_score
-    from dpsynth.nets import build_seeded_generator
-
-    gen = build_seeded_generator(arch, 0, "cpu")
-    gen.load_state_dict(state)
-    return train_and_score(run, _WORKER_DATA["train"], _WORKER_DATA["ref"], settings, extra=_WORKER_DATA["extra"],
-                           generator=gen.eval(), trained_seconds=secs)

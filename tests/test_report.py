@@ -687,6 +687,7 @@ def test_w2_table_prints_draw_spreads_and_the_reference_rows(params: Any, tmp_pa
     pd.DataFrame(rows).to_csv(csv, index=False)
     b = build_table("local_privacy_w2", params, tmp_path)
     f = b.frame
+    assert list(f.columns)[:4] == ["Loss", "Noise σ", "W2 to clean data ours", "W2 paper"]  # the result first
     ent = f[(f["Loss"] == "entropic") & (f["Noise σ"] == "0.5")].iloc[0]
     assert ent["W2 to clean data ours"] == "12.100 (1 run; ± 0.050 over 8 sample draws)"
     assert row(f, "Loss", "reference: blurred (Gaussian, 1 px)")["W2 to clean data ours"] == \

@@ -93,10 +93,10 @@ def _paper_metric(paper: PaperTable | None, row_id: str | None, metric: str, dat
 
 
 #: What a reader looks for, in this order, right after what names a row (its method, or a grid's keys):
-#: downstream accuracy, then fidelity (FID, IS, KID, FID-infinity), then precision and recall; the epsilon,
+#: downstream accuracy, then fidelity (FID, IS, KID, FID-infinity, W2), then precision and recall; the epsilon,
 #: run, scale and source columns follow (issue 70: at 1400x1000 Table 1's first accuracy sat 1,636 px into a
 #: 775 px frame behind Method, Run, Scale and every epsilon convention). Each "X ours" keeps its "X paper".
-_READER_ORDER = (re.compile(r"\(%\)|\bAcc\b"), re.compile(r"^(FID|IS|KID)\b"), re.compile(r"^(Precision|Recall)\b"))
+_READER_ORDER = (re.compile(r"\(%\)|\bAcc\b"), re.compile(r"^(FID|IS|KID|W2)\b"), re.compile(r"^(Precision|Recall)\b"))
 
 
 def _result_first(frame: pd.DataFrame, lead: list[str]) -> pd.DataFrame:

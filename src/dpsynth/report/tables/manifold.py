@@ -98,7 +98,7 @@ def _manifold_table(name: str, table: Table, params: Params, store: RunStore) ->
     notes.append(lowest_claim(claim_levels, figure=paper.table if paper is not None else name, claim=CLAIM,
                               levels_name="mechanism rows"))
     notes += _scale_notes([run for run in runs])
-    frame = pd.DataFrame.from_records(records, columns=["Mechanism", "Loss", "Run", "Scale", "Trained on",
-                                                        "W2 to clean data ours", "W2 paper"])
+    frame = pd.DataFrame.from_records(records, columns=["Mechanism", "Loss", "W2 to clean data ours", "W2 paper",
+                                                        "Run", "Scale", "Trained on"])
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
                       panels=panels)

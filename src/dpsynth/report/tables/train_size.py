@@ -36,7 +36,7 @@ from dpsynth.report.claims import (
 )
 from dpsynth.report.published import paper_table
 from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
-from dpsynth.report.tables.common import BuiltTable, _members
+from dpsynth.report.tables.common import BuiltTable, _members, _result_first
 from dpsynth.report.tables.notes import _ours, _scale_notes
 from dpsynth.report.tables.w2 import (
     KID_COLUMN,
@@ -342,7 +342,7 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
     notes += _scale_notes(runs)
     columns = ["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper"] + \
         ([KID_COLUMN, PR_COLUMN] if kids else []) + ["W2 to clean train (private)"]
-    frame = pd.DataFrame.from_records(records, columns=columns).fillna("not evaluated")
+    frame = _result_first(pd.DataFrame.from_records(records, columns=columns).fillna("not evaluated"), ["n"])
     curves: dict[str, Any] = {"dataset": table.dataset, "points": df.to_dict("records"), "slopes": slopes,
                               "runs": rows.to_dict("records"),
                               "fit": {k: {"value": e.value, "se": e.se} for k, e in fit.items()},

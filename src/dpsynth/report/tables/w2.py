@@ -28,7 +28,7 @@ from dpsynth.report.runs import (
     scale_cell,
     sigma_cell,
 )
-from dpsynth.report.tables.common import BuiltTable, _members
+from dpsynth.report.tables.common import BuiltTable, _members, _result_first
 from dpsynth.report.tables.notes import _ours
 
 
@@ -280,6 +280,6 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
                         f"{local.mechanism} ε={local.epsilon:g}" + (f" δ={local.delta:g}" if local.delta else ""),
                         "W2 to clean data ours": cell, "W2 paper": paper_cell, "n": "1" if run else "0",
                         **closeness_cells([run])})
-    frame = pd.DataFrame.from_records(records).fillna(NOT_APPLICABLE)
+    frame = _result_first(pd.DataFrame.from_records(records).fillna(NOT_APPLICABLE), ["Loss", "Noise σ"])
     return BuiltTable(name, table.title, table.paper, frame, notes,
                       ours=sum(r.get("n", "0") != "0" for r in records))

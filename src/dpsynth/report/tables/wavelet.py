@@ -116,7 +116,8 @@ def _wavelet_table(name: str, table: Table, params: Params, store: RunStore) -> 
     notes.append(lowest_claim(claim_levels, figure=paper.table if paper is not None else name, claim=CLAIM,
                               levels_name="mechanism rows"))
     notes += _scale_notes(runs)
-    frame = pd.DataFrame.from_records(records, columns=["Mechanism", "Paper's epsilon", "Generator", "Run", "Privacy",
-                                                        "Scale", "Trained on", "W2 to clean data ours", "W2 paper"])
+    frame = pd.DataFrame.from_records(records, columns=["Mechanism", "Paper's epsilon", "Generator",
+                                                        "W2 to clean data ours", "W2 paper", "Run", "Privacy",
+                                                        "Scale", "Trained on"])
     return BuiltTable(name, table.title, table.paper, frame, notes, ours=sum(r is not None for r in runs),
                       wavelet_panels=panels)

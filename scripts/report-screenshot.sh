@@ -14,8 +14,8 @@ browser=$(command -v chromium-headless-shell || command -v chromium || true)
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update
-       --disable-sync --no-first-run "--user-data-dir=$profile" --hide-scrollbars "--window-size=${REPORT_WINDOW:-1400,1100}"
-       --virtual-time-budget=8000)
+       --disable-sync --no-first-run "--user-data-dir=$profile" --hide-scrollbars
+       "--window-size=${REPORT_WINDOW:-1400,1100}" --virtual-time-budget=8000)
 "$browser" "${flags[@]}" --screenshot="$shot" "file://$page" >/dev/null 2>&1
 [ -s "$shot" ] || { echo "report-screenshot: $browser wrote no screenshot" >&2; exit 1; }
 if [ -n "$dom" ]; then "$browser" "${flags[@]}" --dump-dom "file://$page" > "$dom" 2>/dev/null; fi

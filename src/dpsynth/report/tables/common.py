@@ -135,7 +135,8 @@ _LATEX = ((r"\nabla", "∇"), (r"\theta", "θ"), (r"\hat{S}", "Ŝ"), ("_{", ""),
 
 
 def _plain_label(text: str) -> str:
-    """A paper's row label without LaTeX (``DP-Sinkhorn ($\\nabla_{\\theta} \\hat{S}$)`` -> ``DP-Sinkhorn (∇θ Ŝ)``)."""
+    """A paper's row label without LaTeX, as the page shows it:
+    ``DP-Sinkhorn ($\\nabla_{\\theta} \\hat{S}$)`` -> ``DP-Sinkhorn (∇θ Ŝ)``."""
     for a, b in _LATEX:
         text = text.replace(a, b)
     return text

@@ -93,5 +93,6 @@ def _grid_table(name: str, table: Table, params: Params, store: RunStore) -> Bui
             add({k: _fmt_key(v) for k, v in prow.key.items()}, None, None, rid)
     frame = _result_first(pd.DataFrame.from_records(records), keys)
     return BuiltTable(name, table.title, table.paper, frame,
-                      [*_notes(rows_runs, [paper]), *_epsilon_notes(rows_runs), *_ours(table)], runs, grid={"keys": keys, "cells": cells},
+                      [*_notes(rows_runs, [paper]), *_epsilon_notes(rows_runs), *_ours(table)], runs,
+                      grid={"keys": keys, "cells": cells},
                       ours=sum(run is not None for _, run in rows_runs))

@@ -421,10 +421,11 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):
         cell = json.loads((d / "results/runs/pm_fmnist_quick-p1.0-m1/metrics.json").read_text())
         assert cell["train"]["hparams"]["p"] == 1.0 and cell["train"]["hparams"]["m"] == 1
         w2 = (d / "results/w2_noise/fashion_mnist.csv").read_text().splitlines()
-        # 3 losses x 1 noise level, then the 4 reference rows (real, blurred, shrunk, mean image)
-        assert len(w2) == 1 + 3 + 4 and w2[0].startswith("loss,noise_std,role,seed,w2")
+        # 3 losses x 1 noise level, the 4 reference rows (real, blurred, shrunk, mean image), then the 3 trivial
+        # baselines fitted to that level's privatized records (k-means k = 10 and 100, the de-noised Gaussian)
+        assert len(w2) == 1 + 3 + 4 + 3 and w2[0].startswith("loss,noise_std,role,seed,w2")
         every = pd.read_csv(d / "results/w2_noise/fashion_mnist.csv")
-        assert list(every["role"]) == ["figure"] * 3 + ["reference"] * 4
+        assert list(every["role"]) == ["figure"] * 3 + ["reference"] * 4 + ["baseline"] * 3
         fig5 = every[every["role"] == "figure"]  # both panels of Fig. 5 on images
         assert (fig5["entropic_w2_privatized"] > 0).all() and fig5["entropic_w2_privatized_clean"].nunique() == 1
         table = (d / "results/tables/pm_grid_fmnist.md").read_text()
@@ -546,11 +547,10 @@ def test_privatize_depends_on_what_can_change_its_output_and_nothing_else():
 
 def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
     """Each stage's `src/` deps cover every dpsynth file its CLI module imports (where it loads a
-    trainer through the method registry, the whole methods package counts), so a code change re-runs DVC's stages;
+    trainer through the method registry, every trainer and its imports count), so a code change re-runs DVC's stages;
     and training does not depend on the report or the evaluation code, so editing them does not
     retrain."""
     sweeps = yaml.safe_load((REPO / "params.yaml").read_text())["pipeline"]["sweeps"]
-    src = REPO / "src"
     for name, deps, _outs, _cmd in dvc_stage_list(REPO):
         group = name.split("@")[0]
         rule = "evaluate_real" if group == "evaluate_real" else _rule_of(group, sweeps)
@@ -562,8 +562,12 @@ def test_dvc_stages_depend_on_the_code_they_run_and_not_on_the_rest():
             continue
         need = set(imported_code(f"dpsynth.cli.{_STAGE_CLI[rule]}"))
         if any(".load_trainer()" in (REPO / f).read_text() for f in need):
-            # the method registry imports each method's trainer by name: all of methods/ counts
-            need |= {str(f.relative_to(REPO)) for f in (src / "dpsynth/methods").rglob("*.py")}
+            # the method registry imports each method's trainer by name: every trainer and what it imports counts
+            # (methods/ also holds modules no trainer imports -- the trivial baselines -- which cannot change it)
+            from dpsynth.config.methods import METHOD_SPECS
+
+            for spec in METHOD_SPECS.values():
+                need |= imported_code(spec.trainer.partition(":")[0])
         assert need <= covered, f"{name}: imports {sorted(need - covered)} but DVC does not depend on them"
         if rule in ("train", "warmstart", "privatize", "prepare_data", "sample"):
             assert not any(d.startswith(("src/dpsynth/report", "src/dpsynth/cli/report.py")) for d in code), name

@@ -32,7 +32,8 @@ def test_bench_writes_every_number_it_prints(tmp_path, capsys):
     # the GPU levers, added one at a time (bf16 is left out here: ~10 s a step under the CPU's autocast)
     tuned = ["fast+cudnn_benchmark", "fast+cudnn_benchmark+fused_adam"]
     assert set(res["steps"]) == {"reference", "fast", "generator_floor", *tuned,
-                                 "generator_floor+cudnn_benchmark+fused_adam"}
+                                 "generator_floor+cudnn_benchmark+fused_adam",
+                                 "fast_logsumexp"}  # the CPU's step with torch.logsumexp instead of the floor
     assert res["levers"]["order"] == ["cudnn_benchmark", "fused_adam"]
     assert res["levers"]["over_fast"] == {k: pytest.approx(res["steps"][k]["steps_per_s"] /
                                                             res["steps"]["fast"]["steps_per_s"]) for k in tuned}

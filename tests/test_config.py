@@ -158,7 +158,7 @@ def test_scale_overrides_are_validated_and_recorded():
     ("sweeps.gs_p", {"base": "gswgan_fmnist", "grid": {"p": [0.1, 0.2]}},
      "sweeps.gs_p (cell gs_p-p0.1).hparams.p: not a gs_wgan setting (it belongs to dp_sinkhorn)"),
     ("sweeps.gs_together", {"base": "gswgan_fmnist", "grid": {"lr": [1.0e-4, 2.0e-4]}, "train_together": True},
-     "sweeps.gs_together.train_together: gs_wgan cells cannot be trained together (only dp_sinkhorn)"),
+     "sweeps.gs_together.train_together: gs_wgan cells cannot be trained together (only dp_sinkhorn, entropic_wgan)"),
 ])
 def test_each_method_takes_only_its_own_settings(path, value, message):
     """Per-method hyperparameter models (the method registry): before them, ``p`` on a GS-WGAN

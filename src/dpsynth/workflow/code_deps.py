@@ -64,10 +64,16 @@ def imported_files(modules: Iterable[str]) -> set[Path]:
 
 
 def trainer_modules() -> list[str]:
-    """The modules the method registry loads by name (each method's trainer)."""
+    """The modules a stage that loads trainers by name (the method registry, ``MethodSpec.trainer``) may run: each
+    method's trainer and every other module of the methods package (the trivial baselines beside them, and a new
+    method's files before it is registered), so such a stage depends on the package as one folder and a file
+    added to it re-runs the stage -- the cautious side: an edit there re-trains rather than going unnoticed."""
     from dpsynth.config.methods import METHOD_SPECS
 
-    return sorted({spec.trainer.partition(":")[0] for spec in METHOD_SPECS.values()})
+    package = PACKAGE_DIR / "methods"
+    everything = {".".join(("dpsynth", *f.relative_to(PACKAGE_DIR).with_suffix("").parts))
+                  for f in package.rglob("*.py") if f.name != "__init__.py"}
+    return sorted({spec.trainer.partition(":")[0] for spec in METHOD_SPECS.values()} | everything)
 
 
 def code_deps(modules: Iterable[str]) -> list[str]:

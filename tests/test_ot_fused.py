@@ -167,3 +167,17 @@ def test_a_fused_step_trains_as_the_eager_step():
     assert sm._failed is None, sm._failed
     _close(runs[True][0], runs[False][0])
     _close(runs[True][1], runs[False][1])
+
+
+def test_dpsynth_no_compile_runs_the_eager_solve(monkeypatch):
+    """The way out where a platform's compiler misbehaves: $DPSYNTH_NO_COMPILE=1 compiles nothing (no graph, no
+    warning) and the fused solve is the eager loop, bit for bit."""
+    c, a, b = _problem(seed=7)
+    ref = sk.sinkhorn_potentials(c, a, b, 0.05, n_iter=10)
+    monkeypatch.setenv(sm.OFF_VAR, "1")
+    monkeypatch.setattr(sm, "_compiled", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = sk.sinkhorn_potentials(c, a, b, 0.05, n_iter=10, fused=True)
+    assert sm._compiled == {} and sm._failed is None
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])

@@ -17,7 +17,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-__all__ = ["compiled", "compile_failed"]
+__all__ = ["compiled", "compile_failed", "OFF_VAR"]
+
+#: ``DPSYNTH_NO_COMPILE=1`` runs everything eager (the same numbers, slower): the way out where a platform's
+#: compiler misbehaves in a way that is not an exception at the first call.
+OFF_VAR = "DPSYNTH_NO_COMPILE"
 
 _compiled: dict[tuple[Callable[..., Any], str | None, bool], Callable[..., Any]] = {}
 _failed: str | None = None
@@ -26,12 +30,13 @@ _failed: str | None = None
 def compiled(fn: Callable[..., Any], mode: str | None = None, fullgraph: bool = True) -> Callable[..., Any] | None:
     """``fn`` compiled by ``torch.compile(fullgraph=..., dynamic=False, mode=...)`` -- one graph per
     (shapes, dtype, device, Python constants) -- built on first use; None where compiling failed in this
-    process (:func:`compile_failed`) or cannot apply: under a ``TorchDispatchMode`` (an op counter, a
+    process (:func:`compile_failed`), where ``$DPSYNTH_NO_COMPILE`` is set (not 0), or cannot apply: under a ``TorchDispatchMode`` (an op counter, a
     fake-tensor trace), which Dynamo does not compile through. ``fn`` must take tensors, modules and
     constants (a new closure per call would recompile every call). Inductor's code goes to
     ``$TORCHINDUCTOR_CACHE_DIR``, by default dpsynth's cache (``~/.cache/dpsynth/inductor``), so later
     jobs on the machine load it instead of compiling again."""
-    if _failed is not None or _get_current_dispatch_mode() is not None:
+    switched_off = os.environ.get(OFF_VAR, "") not in ("", "0")
+    if _failed is not None or switched_off or _get_current_dispatch_mode() is not None:
         return None
     key = (fn, mode, fullgraph)
     if key not in _compiled:

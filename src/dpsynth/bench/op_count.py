@@ -137,8 +137,10 @@ def count_step_ops(*, fused: bool = True, floor: bool = False, records: int = 20
     calls = _compiled_regions(prof)
     per_call = generated / graphs if graphs else 0.0
     fused_kernels = int(round(per_call * calls))
-    return {"ops": sum(ops.values()), "ops_launching": launching, "fused_kernels": fused_kernels, "per_step": sum(ops.values()) + fused_kernels,
+    total = sum(ops.values())
+    return {"ops": total, "ops_launching": launching, "fused_kernels": fused_kernels, "per_step": total + fused_kernels,
             "compiled_calls": calls, "kernels_per_compiled_call": per_call,
-            "host_ops": sum(outermost_ops(host).values()), "cpu_adam_host_reads": host_reads, "top_ops": dict(ops.most_common(8)),
+            "host_ops": sum(outermost_ops(host).values()), "cpu_adam_host_reads": host_reads,
+            "top_ops": dict(ops.most_common(8)),
             "settings": {"fused": fused, "floor": floor, "n_iter": s["n_iter"], "batch": n, "n_extra": ne,
                          "capacity": cap, "generator": DCGAN_MNIST["name"], "torch": torch.__version__}}

@@ -25,7 +25,7 @@ and each explicit ``torch.Generator``) besides the model/optimizer state and the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ import torch
 
 from dpsynth.config import Experiment, PrivacyPlan, ScalePreset
 from dpsynth.data.dataset import Dataset
+from dpsynth.errors import ConfigError
 from dpsynth.privacy.randomness import NoiseSource
 
 GENERATOR_FILE = "generator.pt"
@@ -101,3 +102,15 @@ class TrainContext:
     @property
     def checkpoint_path(self) -> Path:
         return self.private_path / CHECKPOINT_FILE
+
+
+def require_shared(ctxs: Sequence[TrainContext], shared: Sequence[Mapping[str, Any]], what: str) -> None:
+    """Refuse (``ConfigError``, naming the settings) cells that cannot train as one group: ``shared[i]`` is what
+    cell ``i``'s group step fixes for every member (its shapes, its solve), and every cell must agree with the
+    first. ``what`` says what they would share ("one pack", "a batched sweep"). The one check both methods'
+    trained-together paths make before anything is built."""
+    first = shared[0]
+    for ctx, mine in zip(ctxs[1:], shared[1:]):
+        diff = sorted(k for k in first if first[k] != mine[k])
+        if diff:
+            raise ConfigError(f"{ctx.name} and {ctxs[0].name} cannot share {what}: they differ in {', '.join(diff)}")

@@ -40,7 +40,7 @@ import torch
 from dpsynth.errors import ConfigError
 from dpsynth.methods.artifacts import TOGETHER_KEY
 from dpsynth.methods.checkpoint import Checkpointer, config_fingerprint
-from dpsynth.methods.context import TrainContext
+from dpsynth.methods.context import TrainContext, require_shared
 from dpsynth.methods.dp_sinkhorn.plan import (
     DEFAULT_ITERS,
     LOG_EVERY,
@@ -124,11 +124,7 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     smallest, those done there finish, and the rest go on as a smaller group from their checkpoints."""
     plans = [member_plan(c) for c in ctxs]
     first = plans[0][0]
-    for ctx, (shared, _, _) in zip(ctxs[1:], plans[1:]):
-        diff = sorted(k for k in first if first[k] != shared[k])
-        if diff:
-            raise ConfigError(f"{ctx.name} and {ctxs[0].name} cannot share a batched sweep: they differ in "
-                              f"{', '.join(diff)}")
+    require_shared(ctxs, [shared for shared, _, _ in plans], "a batched sweep")
     ref = ctxs[0].data.x_train
     for ctx in ctxs[1:]:
         if ctx.data.x_train.shape != ref.shape or not np.array_equal(ctx.data.x_train, ref):

@@ -29,7 +29,7 @@ import torch
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.methods.artifacts import TOGETHER_KEY
 from dpsynth.methods.checkpoint import Checkpointer, config_fingerprint, rng_state, set_rng_state
-from dpsynth.methods.context import TrainContext
+from dpsynth.methods.context import TrainContext, require_shared
 from dpsynth.methods.entropic_wgan.fit import generator_arch
 from dpsynth.methods.entropic_wgan.loss import local_noise, loss_spec_for
 from dpsynth.methods.entropic_wgan.packed import Member, PackedEWGAN
@@ -103,11 +103,7 @@ def train_together(ctxs: Sequence[TrainContext], group: str, forward_mode: str =
     cell. ``forward_mode`` is DP-Sinkhorn's and ignored here."""
     plans = [_plan(c) for c in ctxs]
     first = plans[0][0]
-    for ctx, (shared, _, _) in zip(ctxs[1:], plans[1:]):
-        diff = sorted(k for k in first if first[k] != shared[k])
-        if diff:
-            raise ConfigError(f"{ctx.name} and {ctxs[0].name} cannot train in one pack: they differ in "
-                              f"{', '.join(diff)}")
+    require_shared(ctxs, [shared for shared, _, _ in plans], "one pack")
     own_steps = [n for _, _, n in plans]
     total = min(own_steps)
     hp = ctxs[0].experiment.hparams

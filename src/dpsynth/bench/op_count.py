@@ -10,8 +10,9 @@ Counted here on the CPU, exactly as the CUDA graph is captured (``PackedStep._ca
 settings, one member, a fixed-capacity Poisson batch (``poisson_fixed``), the softmins as CUDA takes them
 (``ot.softmin.exp_floor(False)``: ``torch.logsumexp``), the solve fused as CUDA runs it
 (``fused_solve=True``), then ``_loss_backward`` and the optimizer's step -- what one replay launches. The
-draws a graphed step makes outside the graph (Poisson mask, latents, labels, noise: host-side ops) are
-counted apart.
+draws a graphed step makes outside the graph (Poisson mask, latents, labels: host-side ops) are counted
+apart; the sanitizer's noise, which a graphed step draws outside too (into its buffer), is drawn inside the
+step on the CPU, so it is counted in the replay -- one op (a ``randn``) on the replay's side of the line.
 
 What is counted: every OUTERMOST ATen op the profiler records (an op called from inside another op is
 part of it), forward and backward (the autograd engine runs a CPU backward on the calling thread), plus,
@@ -107,9 +108,6 @@ def count_step_ops(*, fused: bool = True, floor: bool = False, records: int = 20
     def draw() -> tuple[Any, ...]:
         xs, ys, w, _, _ = poisson_fixed(x_all, y_all, q, gens["data"], cap)
         z, labels = step._draw(0)
-        san = step.sanitizers[0]
-        if san is not None:
-            san.draw_noise_() if san.noise_buffer is not None else None
         return [z], [labels], xs.unsqueeze(0), ys.unsqueeze(0), w.unsqueeze(0)
 
     def replay(args: tuple[Any, ...]) -> None:

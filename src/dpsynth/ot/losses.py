@@ -114,8 +114,8 @@ def semi_debiased_loss(
     with zero-weight columns to the common ``M'``. Zero weights are exactly absent in the log
     domain (log-weight -inf; the eps-scaling starts from the largest *live* cost), so this is
     the value and gradients of two ``entropic_ot`` calls with half the loop's launches.
-    ``fused`` runs that loop's softmins compiled (:func:`~dpsynth.ot.sinkhorn.fused_solve`; the CUDA
-    step's default): the same solve within float32 rounding.
+    ``fused`` runs that loop with each iteration compiled (:func:`~dpsynth.ot.sinkhorn.fused_solve`; the
+    CUDA step's default): the same solve within float32 rounding.
     """
     n, n_prime = _generated_split(x_gen.shape[-2], p, n, n_extra)
     # A per-problem eps tensor is the caller's to check (StepSpec does); the rest is checked here.

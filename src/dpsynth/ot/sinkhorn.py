@@ -29,9 +29,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from dpsynth.compiling import compile_failed, compiled
 from dpsynth.errors import ConfigError, DataError
 from dpsynth.ot.costs import GroundCost, SquaredEuclideanCost
-from dpsynth.compiling import compile_failed, compiled
 from dpsynth.ot.softmin import (EXP_FLOOR, CachedKernelSoftmin, _softmin, exp_floor, exp_floored, floors_exp,
                                 logsumexp_floored, softmin_logsumexp)
 

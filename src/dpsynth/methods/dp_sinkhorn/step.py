@@ -155,8 +155,8 @@ class PackedStep:
     K > 1). ``cuda_graph`` (default: on CUDA) captures the whole step in one graph. ``tuning``: the
     GPU speed levers (``tuning.py``), the same for every member. ``param_sanitizer`` (K = 1, eager):
     the grad_theta ablation's, which clips and noises the parameter gradient instead. ``fused_solve``
-    (default: with the CUDA graph): the Sinkhorn solve's softmins compiled (``ot.sinkhorn.fused_solve``),
-    compiled once for the graph's fixed shapes. An eager step keeps the eager solve: its Poisson batch
+    (default: with the CUDA graph): the Sinkhorn solve with each iteration compiled (``ot.sinkhorn.fused_solve``),
+    once for the graph's fixed shapes. An eager step keeps the eager solve: its Poisson batch
     changes shape every step (a compiled solve would recompile), and on the CPU the eager floored
     solve measured as fast (docs/performance.md)."""
 

@@ -153,13 +153,13 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
     contenders: dict[str, Callable[[], Any]] = {"reference": ref, "fast": fast, "generator_floor": floor}
     graph_or_eager = "cuda_graph" if fast.cuda_graph else "eager"
     paths = {"reference": "eager", "fast": graph_or_eager, "generator_floor": graph_or_eager}
-    tuned = []
+    steps_to_check = []  # every FastStep timed here, its release flags read once the timing is done
     for i in range(len(levers)):  # the levers added one at a time, each contender on its own generator
         tuning = StepTuning.of(levers[: i + 1])
         name = "fast+" + "+".join(tuning.levers)
         G_t, opt_t, gens_t = _setup(dev, 0, capturable=dev.type == "cuda", fused=tuning.fused_adam)
-        tuned.append(FastStep(G_t, opt_t, x_all, y_all, spec, gens_t, tuning=tuning))
-        contenders[name], paths[name] = tuned[-1], graph_or_eager
+        steps_to_check.append(FastStep(G_t, opt_t, x_all, y_all, spec, gens_t, tuning=tuning))
+        contenders[name], paths[name] = steps_to_check[-1], graph_or_eager
     if levers:  # the floor with every lever: what the levers leave for the step's own work
         all_levers = StepTuning.of(levers)
         G_l, opt_l, gens_l = _setup(dev, 0, capturable=dev.type == "cuda", fused=all_levers.fused_adam)
@@ -176,7 +176,7 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         G_v, opt_v, gens_v = _setup(dev, 0, capturable=dev.type == "cuda")
         st = FastStep(G_v, opt_v, x_all, y_all, spec, gens_v, fused_solve=fused)
         contenders[name], paths[name] = _with_floor(st, floor), graph_or_eager
-        tuned.append(st)
+        steps_to_check.append(st)
     paths["fast"] = f"{graph_or_eager}{'+fused' if fast.fused_solve else ''}"
     fast_eager = None
     if dev.type == "cuda":  # the graph's share of the fast step's speed, measured beside it
@@ -186,7 +186,7 @@ def _bench(device: str, steps: int, trials: int, warmup: int, sweep: int, record
         paths["fast_eager"] = "eager"
     load_before = os.getloadavg()
     res = interleaved(contenders, steps, trials, warmup, dev)
-    for checked in (fast, fast_eager, *tuned):
+    for checked in (fast, fast_eager, *steps_to_check):
         if checked is not None:
             checked.check()
     out: dict[str, Any] = {

@@ -8,9 +8,9 @@ that no test catches is a hole.
 Every DP-Sinkhorn path (the fast step, its CUDA graph, the batched sweep, the adversarial variant) trains with
 privacy/sanitizers.py::WholeBatchSanitizer (in the packed step one per member, with the member's own clip, sigma and
 noise stream: two mutations mix them up, caught by the batched sweep's member-equals-its-run test) -- the class privacy/audit.py audits -- so the sanitizer mutations
-target that file (DP-MERF's and DP-SGD's barriers: privacy/record_sanitizers.py).
+target that file (DP-MERF's, DP-SGD's and the central baseline's barriers: privacy/record_sanitizers.py).
 
-The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF and DP-CGAN tests run too: a mutation inside a
+The Monte-Carlo audits (tests/test_privacy_audit.py) and the DP-MERF, DP-CGAN and central-baseline tests run too: a mutation inside a
 sanitizer must be caught by its audit, not only by a wiring test.
 
 A mutation of what leaves the machine (a statistic of the training records in a released metrics.json or a job's
@@ -27,6 +27,7 @@ mutation was not caught."""
 import argparse, pathlib, subprocess, sys
 R = pathlib.Path(__file__).resolve().parents[1]
 WIRING_TESTS = ['tests/test_privacy_wiring.py', 'tests/test_privacy_audit.py', 'tests/test_dp_merf.py', 'tests/test_dp_cgan.py',
+                'tests/test_central_baseline.py',
                 '-k', 'not canary',
                 'tests/test_dp_sinkhorn.py::test_secret_noise_runs_differ_resume_exactly_and_release_no_private_values',
                 'tests/test_batched_sweep.py::test_each_member_equals_its_one_at_a_time_run',
@@ -236,25 +237,32 @@ M = [
  ("params.yaml: the bomb limit counts every value, not what aliases add", "src/dpsynth/config/loader.py",
   "    return expanded - distinct", "    return expanded",
   ['tests/test_bad_input_config.py::test_a_large_file_with_no_alias_is_no_bomb']),
- # the central-DP baseline (issue 69 item 3): its accounting, its noise, its ledger entry, its secret noise
- ("central baseline: noise at sigma/2", "src/dpsynth/methods/central_baseline.py",
-  "    s = query_stds(sigma)\n    second =", "    s = query_stds(sigma / 2)\n    second =",
+ # the central-DP baseline (method class_gaussian): its sanitizer, its accounting, its order against the stage's
+ # reservation, its secret noise, its one read of the data
+ ("central baseline: noise at sigma/2", "src/dpsynth/privacy/record_sanitizers.py",
+  "        self.stds = class_moment_stds(self.sigma)\n", "        self.stds = class_moment_stds(self.sigma / 2)\n",
   ['tests/test_central_baseline.py']),
- ("central baseline: noise left off the class sums", "src/dpsynth/methods/central_baseline.py",
-  "+ rng.normal(0.0, s[\"sums\"],", "+ 0.0 * rng.normal(0.0, s[\"sums\"],", ['tests/test_central_baseline.py']),
+ ("central baseline: noise left off the class sums", "src/dpsynth/privacy/record_sanitizers.py",
+  "\"sums\": sums + noise[\"sums\"],", "\"sums\": sums + 0.0 * noise[\"sums\"],", ['tests/test_central_baseline.py']),
  ("central baseline: released at a loosely calibrated sigma (the accountant's sigma x 1.5)",
   "src/dpsynth/methods/central_baseline.py",
-  "    sigma = acc.calibrate_sigma(1.0, 1, delta, epsilon)\n",
-  "    sigma = 1.5 * acc.calibrate_sigma(1.0, 1, delta, epsilon)\n", ['tests/test_central_baseline.py']),
- ("central baseline: its total budget not checked", "src/dpsynth/methods/central_baseline.py",
-  "held = ledger.reserve([Reservation(entry)], budgets or {},", "held = ledger.reserve([Reservation(entry)], {},",
-  ['tests/test_central_baseline.py']),
- ("central baseline: the release never confirmed in the ledger", "src/dpsynth/methods/central_baseline.py",
-  "        ledger.settle(held[0].release, \"confirmed\", replace(entry, sha256=sha256_file(out)))\n", "",
-  ['tests/test_central_baseline.py']),
+  "    sigma = release_sigma(ctx)\n", "    sigma = 1.5 * release_sigma(ctx)\n", ['tests/test_central_baseline.py']),
+ ("central baseline: the release drawn in train(), before the stage has reserved it", "src/dpsynth/methods/central_baseline.py",
+  "    stepper = CentralBaselineStepper(ctx, G, sigma, arch)\n",
+  "    stepper = CentralBaselineStepper(ctx, G, sigma, arch)\n    stepper.step()\n", ['tests/test_central_baseline.py']),
+ ("central baseline: the checkpoint keeps no released statistics", "src/dpsynth/methods/central_baseline.py",
+  "        return {\"statistics\": self.stats}", "        return {\"statistics\": None}", ['tests/test_central_baseline.py']),
  ("central baseline: a constant-seeded 'secret' noise generator", "src/dpsynth/methods/central_baseline.py",
-  "        rng = noise.numpy_rng(31)\n", "        rng = np.random.default_rng(31)\n",
-  ['tests/test_central_baseline.py']),
+  "self.gens = {\"noise\": ctx.noise.torch_generator(ctx.device, NOISE_STREAM)}",
+  "self.gens = {\"noise\": torch.Generator(ctx.device).manual_seed(NOISE_STREAM)}", ['tests/test_central_baseline.py']),
+ ("central baseline: records not clipped to the unit ball (the class-moments sanitizer)",
+  "src/dpsynth/privacy/record_sanitizers.py",
+  "        z, norms = clip_rows(records.reshape(t * n, d), 1.0)\n",
+  "        z, norms = records.reshape(t * n, d), torch.linalg.vector_norm(records.reshape(t * n, d).double(), dim=1)\n",
+  ['tests/test_central_baseline.py', 'tests/test_privacy_audit.py']),
+ ("central baseline: the basis taken from the clean second moment, not the released one",
+  "src/dpsynth/privacy/record_sanitizers.py",
+  "basis = torch.linalg.eigh(second)[1]", "basis = torch.linalg.eigh(moments.sum(1))[1]", ['tests/test_central_baseline.py']),
 ]
 def _pairs(m: tuple) -> list[tuple[str, str]]:
     """A mutation's (old, new) replacements: one, or the tuple of pairs a mutation of two places gives."""

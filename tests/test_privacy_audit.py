@@ -1,6 +1,6 @@
 """One-step Monte-Carlo audit of every sanitizer: empirical epsilon <= claimed epsilon.
 
-Each audit: 20,000 releases per neighbouring dataset, 95% joint confidence
+Each audit: 20,000 releases per neighbouring dataset (the class moments: 100,000), 95% joint confidence
 (Clopper-Pearson), delta = 1e-5. The claim is the EXACT one-step Gaussian epsilon
 (Balle & Wang), the tightest an accountant could claim. A second set of runs
 mis-claims sigma (4x too large) and must be caught, so the audit has teeth.

@@ -26,7 +26,7 @@ from dpsynth.config.experiment import (
     expand_sweep,
     sweep_cell_name,
 )
-from dpsynth.config.hparams import DPCGANHparams, DPMERFHparams, DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
+from dpsynth.config.hparams import ClassGaussianHparams, DPCGANHparams, DPMERFHparams, DPSinkhornHparams, EntropicWGANHparams, GSWGANHparams, Hparams
 from dpsynth.config.loader import (
     DuplicateKeyError,
     UniqueKeyLoader,
@@ -43,7 +43,7 @@ from dpsynth.config.tables import Table, TableRow
 from dpsynth.config.targets import TableTarget, table_targets
 
 __all__ = [
-    "METHOD_SPECS", "SWEEP_KEYS", "DPCGANHparams", "DPMERFHparams", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
+    "METHOD_SPECS", "SWEEP_KEYS", "ClassGaussianHparams", "DPCGANHparams", "DPMERFHparams", "DPSinkhornHparams", "DataSettings", "DuplicateKeyError", "EntropicWGANHparams",
     "EvaluationSettings", "Experiment", "GSWGANHparams", "Hparams", "LocalMechanism", "MethodSpec", "Name",
     "OptimizerName", "Params", "Pipeline", "PrivacyPlan", "PrivacyTarget", "RunSpec", "ScaleName", "ScalePreset", "Strict",
     "Sweep", "Table", "TableRow", "TableTarget", "Target", "UniqueKeyLoader", "W2NoiseSweep", "apply_preset", "cell_suffix",

@@ -42,6 +42,11 @@ class Hparams(Strict):
         """Why these settings cannot train privately (None: they can)."""
         return None
 
+    def fit_steps(self, n_records: int) -> int | None:
+        """A method that releases once (``MethodSpec.releases_once``): the steps of its fit to that release on
+        ``n_records`` training records (post-processing, at every scale); None for every other method."""
+        return None
+
 
 class _SinkhornSolver(Hparams):
     """Settings of the annealed Sinkhorn solver (``dpsynth.ot.sinkhorn.sinkhorn_loop``)."""
@@ -223,11 +228,32 @@ class DPMERFHparams(Hparams):
             raise ValueError(f"n_features must be even (cos and sin of n_features / 2 frequencies), got {v}")
         return v
 
+    def fit_steps(self, n_records: int) -> int:
+        """``epochs`` of ``n_records // batch_size`` generator steps."""
+        return self.epochs * (n_records // self.batch_size)
+
     def private_run_problem(self) -> str | None:
         if self.bandwidth_sq is None:
             return ("DP-MERF needs a fixed, public kernel bandwidth (hparams.bandwidth_sq, e.g. the authors' 105 "
                     "for MNIST, 127 for Fashion-MNIST): computing it from the private data would leak")
         return None
+
+
+class ClassGaussianHparams(Hparams):
+    """The trivial central-DP baseline (``methods/central_baseline.py``): a class-conditional Gaussian released
+    through ONE Gaussian mechanism (noisy global second moment -> a rank-``rank`` basis, noisy class counts,
+    class sums and projected per-class second moments), fitted in closed form. Its one step is the release; the
+    shared settings (batch size, lr, optimizer) train nothing here."""
+
+    generator: Literal["class_gaussian"] = Field(default="class_gaussian", description="dpsynth.nets generator "
+                                                 "name (the fitted Gaussian, held as buffers)")
+    rank: int = Field(default=20, gt=0, description="the covariances' rank: the top eigenvectors of the noisy "
+                      "global second moment (MNIST's first 20 principal components hold about 65 % of its "
+                      "variance; ours)")
+
+    def fit_steps(self, n_records: int) -> int:
+        """One step, the release: the model is fitted to it in closed form."""
+        return 1
 
 
 class DPCGANHparams(Hparams):

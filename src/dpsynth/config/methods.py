@@ -20,6 +20,7 @@ from typing import Any
 
 from dpsynth.config.base import KeyedValueError
 from dpsynth.config.hparams import (
+    ClassGaussianHparams,
     DPCGANHparams,
     DPMERFHparams,
     DPSinkhornHparams,
@@ -94,6 +95,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                noise_matched_loss=True, together="dpsynth.methods.entropic_wgan.together"),
     MethodSpec(name="dp_merf", title="DP-MERF", hparams=DPMERFHparams, trainer="dpsynth.methods.dp_merf:train",
                releases_once=True, epsilon_conventions=("analytic_gaussian",)),
+    # The trivial central-DP baseline of the GS-WGAN / DP-Sinkhorn Table 1 rows: a class-conditional Gaussian from
+    # one Gaussian release of class moments (its one step; fitted in closed form, post-processing).
+    MethodSpec(name="class_gaussian", title="class-conditional Gaussian (Gaussian mechanism), baseline",
+               hparams=ClassGaussianHparams, trainer="dpsynth.methods.central_baseline:train", releases_once=True,
+               epsilon_conventions=("analytic_gaussian",)),
     MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,
                trainer="dpsynth.methods.dp_cgan:train"),
     # Reshetova et al. Figs. 2 and 8: wavelet denoising (tuned on the clean images: only approximately

@@ -191,7 +191,7 @@ def train(ctx: TrainContext) -> dict[str, Any]:
         raise ConfigError(f"experiments.{ctx.name}.hparams.batch_size {h.batch_size} > the {len(x)} records")
     sigma = release_sigma(ctx)
     steps_per_epoch = len(x) // h.batch_size
-    total = h.epochs * steps_per_epoch
+    total = h.fit_steps(len(x))
     arch = generator_arch(ctx)
     G = build_seeded_generator(arch, ctx.seed, ctx.device).train()
     opt = make_optimizer(G.parameters(), h.optimizer, lr=h.lr, betas=h.betas)

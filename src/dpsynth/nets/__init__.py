@@ -8,12 +8,13 @@ from dpsynth.errors import ConfigError
 from dpsynth.nets.base import LATENT_DISTS, Generator
 from dpsynth.nets.biggan import BigGANGenerator
 from dpsynth.nets.cgan import CGANGenerator
+from dpsynth.nets.class_gaussian import ClassGaussianGenerator
 from dpsynth.nets.dcgan import DCGANGenerator
 from dpsynth.nets.gswgan import GSWGANGenerator
 from dpsynth.nets.merf import MERFConvGenerator
 from dpsynth.nets.mlp import MLPGenerator
 
-__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "CGANGenerator", "DCGANGenerator", "Generator", "MERFConvGenerator", "MLPGenerator", "build_generator",
+__all__ = ["GENERATORS", "LATENT_DISTS", "BigGANGenerator", "CGANGenerator", "ClassGaussianGenerator", "DCGANGenerator", "Generator", "MERFConvGenerator", "MLPGenerator", "build_generator",
            "build_seeded_generator"]
 
 GENERATORS: dict[str, type[Generator]] = {
@@ -23,6 +24,7 @@ GENERATORS: dict[str, type[Generator]] = {
     "resnet28": GSWGANGenerator,
     "merf_conv": MERFConvGenerator,
     "cgan_mlp": CGANGenerator,
+    "class_gaussian": ClassGaussianGenerator,
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor, nn
 
@@ -43,12 +45,17 @@ class Generator(nn.Module):
     def conditional(self) -> bool:
         return self.num_classes is not None
 
+    def _first_tensor(self) -> Tensor:
+        """A weight, else a buffer (a generator fitted in closed form holds buffers only): its device and dtype
+        are the module's."""
+        return next(itertools.chain(self.parameters(), self.buffers()))
+
     def _device(self) -> torch.device:
-        return next(self.parameters()).device
+        return self._first_tensor().device
 
     def sample_latent(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` latent codes from this model's latent distribution, on its device."""
-        dev, dtype = self._device(), next(self.parameters()).dtype
+        dev, dtype = self._device(), self._first_tensor().dtype
         shape = (n, self.latent_dim)
         if self.latent_dist == "normal":
             return torch.randn(shape, generator=generator, device=dev, dtype=dtype)

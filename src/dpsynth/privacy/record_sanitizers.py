@@ -1,10 +1,13 @@
 """The barriers that read whole private records rather than generated images: DP-MERF's one release of
-the label-conditional mean embedding (:class:`MeanEmbeddingSanitizer`) and DP-SGD's per-example
-gradients (:class:`PerExampleGradSanitizer`, DP-CGAN's discriminator). Both are subclasses of
-``sanitizer_base.Sanitizer`` (checks, generator, statistics) and both are audited in
+the label-conditional mean embedding (:class:`MeanEmbeddingSanitizer`), DP-SGD's per-example
+gradients (:class:`PerExampleGradSanitizer`, DP-CGAN's discriminator) and the central baseline's one
+release of class moments (:class:`ClassMomentsSanitizer`). All are subclasses of
+``sanitizer_base.Sanitizer`` (checks, generator, statistics) and all are audited in
 ``privacy/audit.py``; ``privacy.sanitizers`` re-exports them, the one import every method uses."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -18,7 +21,8 @@ from dpsynth.privacy.sanitizer_base import (
     require_finite,
 )
 
-__all__ = ["MeanEmbeddingSanitizer", "PerExampleGradSanitizer"]
+__all__ = ["CLASS_MOMENT_SENSITIVITY", "CLASS_MOMENT_WEIGHTS", "ClassMomentsSanitizer", "MeanEmbeddingSanitizer",
+           "PerExampleGradSanitizer", "class_moment_stds"]
 
 
 class MeanEmbeddingSanitizer(Sanitizer):
@@ -177,3 +181,153 @@ class PerExampleGradSanitizer(Sanitizer):
         require_finite(norms, "per-example gradient of the public term")
         scale = (self.clip / norms.clamp_min(1e-30)).clamp(max=1.0)
         return (scale @ public) / public.shape[0]
+
+
+#: Each query's share w_j of the one mechanism's 1 / sigma^2 (the class sums carry the most signal per record).
+CLASS_MOMENT_WEIGHTS = {"second_moment": 0.25, "counts": 0.05, "sums": 0.4, "projected": 0.3}
+#: The L2 sensitivity of each query when one record (in the unit ball) is replaced by another: it may leave one
+#: class and join another, or change within one (||z z^T - z' z'^T||_F <= 2, ||z - z'|| <= 2, two counts move by 1).
+CLASS_MOMENT_SENSITIVITY = {"second_moment": 2.0, "counts": math.sqrt(2.0), "sums": 2.0, "projected": 2.0}
+
+
+def class_moment_stds(sigma: float) -> dict[str, float]:
+    """The noise std of each query of :class:`ClassMomentsSanitizer` for the one mechanism's multiplier
+    ``sigma``: Delta_j sigma / sqrt(w_j), so sum_j (Delta_j / s_j)^2 = 1 / sigma^2 (0 for a non-private run)."""
+    sigma = check_pos("noise multiplier sigma", sigma, allow_zero=True)
+    return {k: CLASS_MOMENT_SENSITIVITY[k] * sigma / math.sqrt(w) for k, w in CLASS_MOMENT_WEIGHTS.items()}
+
+
+class ClassMomentsSanitizer(Sanitizer):
+    """The central baseline's barrier (``methods/central_baseline.py``): the moments of a class-conditional
+    Gaussian, released ONCE as one Gaussian mechanism of multiplier ``sigma``.
+
+    Each record z (a row; the caller scales images into the unit ball, and the ball is enforced here: rows are
+    clipped to norm 1, not assumed inside it) with label y enters four queries:
+
+    - ``second_moment``: sum_i z_i z_i^T over every record, its upper triangle (diagonal included) noised and
+      mirrored (d(d+1)/2 released numbers); its top ``rank`` eigenvectors are the ``basis`` (post-processing);
+    - ``counts``: the class counts;
+    - ``sums``: sum_{i in c} z_i per class;
+    - ``projected``: the upper triangle of sum_{i in c} (V^T z_i)(V^T z_i)^T per class, V the released basis
+      (adaptive composition; ||V^T z|| <= ||z|| <= 1 whatever V is).
+
+    Neighbours replace one record (the record count is public); the sensitivities are
+    ``CLASS_MOMENT_SENSITIVITY``. Query j is noised with std ``class_moment_stds(sigma)[j]`` = Delta_j sigma /
+    sqrt(w_j), sum_j w_j = 1: the four together are ONE Gaussian mechanism of multiplier sigma (Dwork and Roth,
+    "The Algorithmic Foundations of Differential Privacy", FnT-TCS 2014, Thm. A.1 on the vector of every query
+    scaled by 1 / s_j; Mironov, "Renyi Differential Privacy", CSF 2017, Prop. 7 for the composition).
+
+    :meth:`add` takes the records in chunks (only the per-class second moments, sums and counts are kept: the
+    data is read once); :meth:`release` noises them once and refuses a second release, a release before all
+    ``n_records`` records were added, and non-finite values. ``release_batch`` is the same math with a leading
+    trials axis, for the Monte-Carlo audit.
+    """
+
+    def __init__(self, sigma: float, n_records: int, num_classes: int, dim: int, rank: int,
+                 generator: torch.Generator) -> None:
+        if not isinstance(generator, torch.Generator):  # before the counts: the same first refusal as every barrier
+            raise PrivacyError("a torch.Generator is required for the noise (reproducibility and resume)")
+        for name, v in (("n_records", n_records), ("num_classes", num_classes), ("dim", dim), ("rank", rank)):
+            check_positive_int(name, v)
+        if rank > dim:
+            raise PrivacyError(f"rank {rank} must be at most the records' dimension {dim}")
+        super().__init__(sigma, generator)
+        self.n_records, self.num_classes, self.dim, self.rank = n_records, num_classes, dim, rank
+        self.stds = class_moment_stds(self.sigma)
+        self.added = 0
+        self.released = False
+        self.max_clean_norm = 0.0
+        self._moments: torch.Tensor | None = None  # (classes, D, D) float64: sum of z z^T per class
+        self._sums: torch.Tensor | None = None  # (classes, D)
+        self._counts: torch.Tensor | None = None  # (classes,)
+
+    @property
+    def noise_std(self) -> float:
+        """The class sums' noise std (each query's: ``stds``)."""
+        return self.stds["sums"]
+
+    def _accumulate(self, records: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``records`` (T, n, D) sharing ``labels`` (n,): per trial the per-class second moments (T, C, D, D),
+        sums (T, C, D) and counts (C,) of the rows clipped to the unit ball, float64; and the clean norms."""
+        t, n, d = records.shape
+        z, norms = clip_rows(records.reshape(t * n, d), 1.0)
+        z = z.to(torch.float64).reshape(t, n, d)
+        labels = labels.to(records.device).long()
+        rows = [z[:, labels == c] for c in range(self.num_classes)]
+        moments = torch.stack([r.transpose(1, 2) @ r for r in rows], 1)
+        sums = torch.stack([r.sum(1) for r in rows], 1)
+        counts = torch.bincount(labels, minlength=self.num_classes).to(torch.float64)
+        return moments, sums, counts, norms
+
+    def _sym_noise(self, lead: tuple[int, ...], d: int, std: float, like: torch.Tensor) -> torch.Tensor:
+        """Noise on the upper triangle (diagonal included), mirrored: d(d+1)/2 released numbers per matrix."""
+        g = torch.triu(draw_noise(torch.Size((*lead, d, d)), std, self.generator, like))
+        return g + torch.triu(g, 1).transpose(-1, -2)
+
+    def _noised(self, moments: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
+        s, t = self.stds, moments.shape[0]
+        noise = {"second_moment": self._sym_noise((t,), self.dim, s["second_moment"], moments)}
+        second = moments.sum(1) + noise["second_moment"]
+        require_finite(second, "noisy second moment")
+        basis = torch.linalg.eigh(second)[1].flip(-1)[..., :self.rank]  # post-processing of a released matrix
+        counts = counts.expand(t, -1)
+        noise["counts"] = draw_noise(counts.shape, s["counts"], self.generator, counts)
+        noise["sums"] = draw_noise(sums.shape, s["sums"], self.generator, sums)
+        clean_proj = basis.transpose(1, 2)[:, None] @ moments @ basis[:, None]  # (T, C, r, r)
+        noise["projected"] = self._sym_noise((t, self.num_classes), self.rank, s["projected"], clean_proj)
+        out = {"second_moment": second, "basis": basis, "counts": counts + noise["counts"],
+               "sums": sums + noise["sums"], "projected": clean_proj + noise["projected"]}
+        for k, v in out.items():
+            require_finite(v, f"noisy {k}")
+        clean = {"second_moment": moments.sum(1), "counts": counts, "sums": sums, "projected": clean_proj}
+
+        def last(parts: dict[str, torch.Tensor]) -> torch.Tensor:  # the last trial's four queries, flattened
+            return torch.cat([parts[k][-1].reshape(-1) for k in CLASS_MOMENT_WEIGHTS])
+
+        self._record(clean_norm=self.max_clean_norm, clipped=last(clean), noise=last(noise), released=last(out),
+                     was_clipped=self.max_clean_norm > 1.0)
+        return out
+
+    def add(self, records: torch.Tensor, labels: torch.Tensor) -> None:
+        """Accumulate a chunk of records: ``records`` (B, D), ``labels`` (B,) in [0, classes)."""
+        if self.released:
+            raise PrivacyError("the class moments were already released; adding records afterwards would need a "
+                               "second release")
+        if records.ndim != 2 or records.shape[1] != self.dim or labels.shape != (records.shape[0],):
+            raise PrivacyError(f"expected records (B, {self.dim}) and labels (B,), got {tuple(records.shape)} and "
+                               f"{tuple(labels.shape)}")
+        if self.added + len(records) > self.n_records:
+            raise PrivacyError(f"more records added ({self.added + len(records)}) than the {self.n_records} the "
+                               "noise is scaled for")
+        require_finite(records, "record")
+        moments, sums, counts, norms = self._accumulate(records[None], labels)
+        if self._moments is None or self._sums is None or self._counts is None:
+            self._moments, self._sums, self._counts = moments[0], sums[0], counts
+        else:
+            self._moments += moments[0]
+            self._sums += sums[0]
+            self._counts += counts
+        self.added += len(records)
+        if len(records):
+            self.max_clean_norm = max(self.max_clean_norm, float(norms.max()))
+
+    def release(self) -> dict[str, torch.Tensor]:
+        """The noisy statistics, float64: ``second_moment`` (D, D), its top-``rank`` eigenvectors ``basis``
+        (D, r), ``counts`` (C,), ``sums`` (C, D), ``projected`` (C, r, r); once."""
+        if self.released:
+            raise PrivacyError("the class moments are released once; a second release would spend the budget again")
+        if self.added != self.n_records or self._moments is None or self._sums is None or self._counts is None:
+            raise PrivacyError(f"{self.added} of {self.n_records} records added; the noise is scaled for all of them")
+        self.released = True
+        self.releases += 1
+        out = self._noised(self._moments[None], self._sums[None], self._counts)
+        self._moments = self._sums = self._counts = None
+        return {k: v[0] for k, v in out.items()}
+
+    def release_batch(self, records: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``records`` (trials, n, D) sharing ``labels`` (n,): one independent release per trial (the audit's
+        vectorised path; the object's state is untouched)."""
+        require_finite(records, "record")
+        moments, sums, counts, norms = self._accumulate(records, labels)
+        self.max_clean_norm = float(norms.max())
+        return self._noised(moments, sums, counts)

@@ -14,10 +14,12 @@ The building blocks, one per privacy barrier of the methods:
 - :class:`PerExampleGradSanitizer` (DP-CGAN's discriminator, DP-SGD): each real record's
   parameter gradient clipped to ``C``, the sum noised with ``N(0, (C sigma)^2)``, divided by
   the expected Poisson batch size.
+- :class:`ClassMomentsSanitizer` (the central baseline): each record clipped to the unit ball, its class
+  counts, sums, global and projected per-class second moments released once as one Gaussian mechanism.
 
-The first three (the image and parameter-gradient barriers) are here; the two that read whole
-private records are in ``privacy/record_sanitizers.py`` and re-exported here, the one import every
-method uses. All five subclass ``sanitizer_base.Sanitizer``, which owns the argument checks, the
+The first three (the image and parameter-gradient barriers) are here; the three that read whole
+private records (DP-MERF's, DP-SGD's and the central baseline's class moments) are in
+``privacy/record_sanitizers.py`` and re-exported here, the one import every method uses. All six subclass ``sanitizer_base.Sanitizer``, which owns the argument checks, the
 noise generator, the release count and the release statistics (``ReleaseStats``).
 
 The math lives in ``release_batch`` which takes a leading *trials* axis, so the
@@ -35,7 +37,14 @@ import itertools
 import torch
 
 from dpsynth.errors import PrivacyError
-from dpsynth.privacy.record_sanitizers import MeanEmbeddingSanitizer, PerExampleGradSanitizer
+from dpsynth.privacy.record_sanitizers import (
+    CLASS_MOMENT_SENSITIVITY,
+    CLASS_MOMENT_WEIGHTS,
+    ClassMomentsSanitizer,
+    MeanEmbeddingSanitizer,
+    PerExampleGradSanitizer,
+    class_moment_stds,
+)
 from dpsynth.privacy.sanitizer_base import (
     ReleaseStats,
     Sanitizer,
@@ -45,8 +54,8 @@ from dpsynth.privacy.sanitizer_base import (
     require_finite,
 )
 
-__all__ = ["MeanEmbeddingSanitizer", "ParamGradSanitizer", "PerExampleGradSanitizer", "PerSampleSanitizer",
-           "ReleaseStats", "Sanitizer", "WholeBatchSanitizer", "clip_rows"]
+__all__ = ["CLASS_MOMENT_SENSITIVITY", "CLASS_MOMENT_WEIGHTS", "ClassMomentsSanitizer", "MeanEmbeddingSanitizer", "ParamGradSanitizer", "PerExampleGradSanitizer", "PerSampleSanitizer",
+           "ReleaseStats", "Sanitizer", "WholeBatchSanitizer", "class_moment_stds", "clip_rows"]
 
 class _Barrier(torch.autograd.Function):
     """Identity forward; backward hands the incoming gradient to the sanitizer."""

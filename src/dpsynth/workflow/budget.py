@@ -114,8 +114,8 @@ def planned_steps(params: Params, name: str, root: Path = Path(".")) -> int:
     n = min(n, run.preset.train_subset or n)
     n = min(n, exp.train_size or n)
     who = f"experiments.{name}.privacy"
-    if exp.spec.releases_once:  # one release, then the generator's fit: epochs of n // batch steps
-        return int(h.epochs * (n // h.batch_size))
+    if exp.spec.releases_once:  # one release, then the fit to it (post-processing): the method's own steps
+        return int(h.fit_steps(n))
     if not plan.enabled:  # non-private, or trained on privatized records: the scale's budget or the run's own
         steps = plan.steps or h.max_steps or _method_default_steps(exp.spec)
         if steps is None:

@@ -237,3 +237,30 @@ def test_a_test_subset_scores_every_kind_and_set_on_the_same_seeded_images(digit
         assert runs[k]["accuracy"] == score_classifier(fitted, xte[idx], yte[idx])
     full = classifier_scores(sets[:1], real, kinds=["logreg"], max_epochs=1, train_subset=None)
     assert full["logreg"]["runs"][0]["n_test"] == 360
+
+
+def test_uniform_dropout_is_nn_dropouts_distribution() -> None:
+    """The CNN's dropout draws its mask as uniform >= p (cheaper than bernoulli_ on a CPU); it must be nn.Dropout's
+    distribution: each element kept with probability 1 - p, scaled by 1 / (1 - p), independent; the identity in
+    eval. Tolerance: over 10^6 elements the kept fraction's std is sqrt(p (1 - p) / 10^6) <= 5e-4, so 3e-3 is six
+    standard deviations; a mask with the wrong p (0.4 vs 0.5) is off by 0.1."""
+    from dpsynth.evaluate.classifiers import CNN, UniformDropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000)
+    for p in (0.5, 0.2):
+        drop = UniformDropout(p).train()
+        y = drop(x)
+        kept = y != 0
+        assert abs(kept.float().mean().item() - (1 - p)) < 3e-3
+        assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+        # independent elements: neighbours' masks uncorrelated (a shared or repeated mask would correlate fully)
+        a, b = kept[:, :-1].float(), kept[:, 1:].float()
+        assert abs(((a - a.mean()) * (b - b.mean())).mean().item()) < 3e-3
+        assert torch.equal(drop.eval()(x), x)
+    # the gradient flows through the kept elements only, with the same scale
+    xg = torch.ones(100, 100, requires_grad=True)
+    out = UniformDropout(0.5).train()(xg)
+    out.sum().backward()
+    assert torch.equal(xg.grad, out.detach())
+    assert sum(isinstance(m, UniformDropout) for m in CNN(1, 28, 28, 10).modules()) == 2

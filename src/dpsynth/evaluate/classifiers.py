@@ -82,6 +82,29 @@ class MLP(nn.Module):
         return self.net(x)
 
 
+class UniformDropout(nn.Module):
+    """Dropout as ``nn.Dropout`` defines it (each element kept with probability 1 - p and scaled by 1 / (1 - p)
+    in training, the identity in eval), its mask drawn as ``uniform >= p`` instead of by ``bernoulli_``. The same
+    distribution, about three times cheaper on a CPU: ``bernoulli_`` took 47 % of a CNN fit's time there
+    (measured 2026-12-02, one thread, batches of 128: the mask of a (128, 64, 24, 24) activation 111 ms by
+    ``bernoulli_``, 17 ms by ``rand``; forward and backward of the dropout 166 ms against 60 ms). No parameters,
+    so a saved classifier's state dict is unchanged."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ConfigError(f"dropout probability must be in [0, 1), got {p!r}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        return x * torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class CNN(nn.Module):
     """ICLR Appendix D.2: "two hidden layers with 32 and 64 filters, ReLU activations, dropout
     (p = 0.5) between all intermediate layers".
@@ -97,10 +120,10 @@ class CNN(nn.Module):
         self.net = nn.Sequential(
             nn.Conv2d(channels, 32, 3),
             nn.ReLU(),
-            nn.Dropout(0.5),
+            UniformDropout(0.5),
             nn.Conv2d(32, 64, 3),
             nn.ReLU(),
-            nn.Dropout(0.5),
+            UniformDropout(0.5),
             nn.Flatten(),
             nn.Linear(64 * (height - 4) * (width - 4), num_classes),
         )

@@ -379,3 +379,28 @@ def test_the_w2_spread_the_docs_state_is_the_committed_sweeps() -> None:
     assert m, "docs/reshetova-mnist.md no longer states the losses' spread"
     bound, at_two = float(m.group(1)), float(m.group(2))
     assert spread.max() <= bound < spread.max() + 0.01 and round(spread.loc[2.0], 3) == at_two
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def test_the_make_run_time_is_the_newest_quiet_measurement(params, jobs: list[tuple[str, str]]) -> None:
+    """README's `make run` time is the newest committed fresh-clone measurement taken alone on the machine
+    (benchmarks/results/make_run_<date>.json; a *_shared.json run had other work on its cores), with its date,
+    commit and job count -- and at most 35 minutes, the first command's budget."""
+    runs = sorted(p for p in (REPO / "benchmarks/results").glob("make_run_*.json") if not p.stem.endswith("_shared"))
+    assert runs, "no committed make_run_<date>.json"
+    newest = json.loads(runs[-1].read_text())
+    readme = (REPO / "README.md").read_text()
+    clock = _clock(newest["elapsed_seconds"])
+    said = re.sub(r"\s*\n\s*", " ", readme)
+    assert f"`make run` {clock} on {newest['date']}" in said and f"(commit {newest['commit']}" in said, (
+        f"README.md should state `make run` {clock} on {newest['date']} (commit {newest['commit']}: "
+        f"{runs[-1].relative_to(REPO)})")
+    assert runs[-1].name in readme
+    assert newest["elapsed_seconds"] <= 35 * 60, f"{runs[-1].name}: make run took {clock}, over 35 minutes"
+    # the measured run ran the pipeline README describes: its jobs (the 'all' target aside) are today's
+    assert newest["jobs"] == len(jobs), (
+        f"{runs[-1].name} ran {newest['jobs']} jobs besides `all`, the quick pipeline now has {len(jobs)}: measure "
+        "again")

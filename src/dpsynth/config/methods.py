@@ -71,6 +71,10 @@ class MethodSpec:
     #: no formal guarantee: its reports say so (``extra.approximately_private``, what every label is read
     #: from once a run exists); the wavelet table gives it its own column.
     approximately_private: bool = False
+    #: A trivial private baseline, not a generator a paper proposes (the class-conditional Gaussian released through
+    #: one Gaussian mechanism): a methods table decides "every private generator is closer to the data than it" on
+    #: each measure it prints (``report.tables.methods``).
+    trivial_baseline: bool = False
 
     @property
     def needs_warm_start(self) -> bool:
@@ -99,7 +103,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     # one Gaussian release of class moments (its one step; fitted in closed form, post-processing).
     MethodSpec(name="class_gaussian", title="class-conditional Gaussian (Gaussian mechanism), baseline",
                hparams=ClassGaussianHparams, trainer="dpsynth.methods.central_baseline:train", releases_once=True,
-               epsilon_conventions=("analytic_gaussian",)),
+               epsilon_conventions=("analytic_gaussian",), trivial_baseline=True),
     MethodSpec(name="dp_cgan", title="DP-CGAN (DP-SGD GAN)", hparams=DPCGANHparams,
                trainer="dpsynth.methods.dp_cgan:train"),
     # Reshetova et al. Figs. 2 and 8: wavelet denoising (tuned on the clean images: only approximately

@@ -7,6 +7,8 @@ beside FID our KID, FID-infinity, precision and recall (no paper column: the pap
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
 import pandas as pd
 
@@ -14,6 +16,7 @@ from dpsynth.config import Params, Table
 from dpsynth.errors import ConfigError
 from dpsynth.evaluate.record import GS_WGAN
 from dpsynth.report.ledger import compose_runs
+from dpsynth.report.claims import Estimate, all_of, claim_note, compare, estimate_of_records
 from dpsynth.report.published import paper_table, resolve_paper_row
 from dpsynth.report.runs import (
     METRICS,
@@ -24,6 +27,7 @@ from dpsynth.report.runs import (
     RunStore,
     fmt_number,
     metric_cell,
+    metric_record,
     scale_cell,
     table_epsilon_cell,
 )
@@ -59,6 +63,53 @@ def _together_note(label: str, runs: list[Run]) -> str:
     return f"ε ours of {label}: the {len(runs)} runs together by {compose_runs(runs).how}"
 
 
+#: What a central-DP methods table prints, as "the generator is closer to the data" reads on each: (metric, how a
+#: note names it, the rule, the factor the table prints it with).
+CENTRAL_MEASURES: tuple[tuple[str, str, str, float], ...] = (
+    ("logreg", "LogReg accuracy (%), higher is closer", "greater", 100.0),
+    ("mlp", "MLP accuracy (%), higher is closer", "greater", 100.0),
+    ("cnn", "CNN accuracy (%), higher is closer", "greater", 100.0),
+    ("fid", "FID, lower is closer", "less", 1.0),
+    ("kid", "KID ×10³, lower is closer", "less", 1000.0),
+    ("fid_inf", "FID∞, lower is closer", "less", 1.0),
+    ("precision", "precision, higher is closer", "greater", 1.0),
+    ("recall", "recall, higher is closer", "greater", 1.0),
+)
+BASELINE_CLAIM = ("every private generator of the table is closer to the data than the trivial baseline released "
+                  "at the same privacy target")
+
+
+def _scaled(e: Estimate, factor: float) -> Estimate:
+    return replace(e, value=e.value * factor, se=None if e.se is None else e.se * factor,
+                   by_seed=tuple((k, v * factor) for k, v in e.by_seed))
+
+
+def baseline_claims(generators: Sequence[tuple[str, list[Run]]], baselines: Sequence[tuple[str, list[Run]]], *,
+                    source: str = "ours") -> list[str]:
+    """One claim note per measure the rows carry: each private generator row against the best trivial baseline row
+    on that measure (``MethodSpec.trivial_baseline``: the class-conditional Gaussian of ``methods.central_baseline``),
+    decided by the one checker (``claims.compare``). Welch: a generator and the baseline share the data but no noise
+    instance, so nothing pairs; a row of one training run and one synthetic set has no noise estimate and reads
+    undecided, saying so."""
+    notes = []
+    for metric, what, rule, factor in CENTRAL_MEASURES:
+        def estimate(runs: list[Run]) -> Estimate:
+            recs = [metric_record(r, metric) for r in runs]
+            return _scaled(estimate_of_records([r if isinstance(r, dict) else None for r in recs]), factor)
+
+        gens = {label: e for label, runs in generators if math.isfinite((e := estimate(runs)).value)}
+        bases = {label: e for label, runs in baselines if math.isfinite((e := estimate(runs)).value)}
+        if not gens or not bases:
+            continue
+        best = (min if rule == "less" else max)(bases, key=lambda label: bases[label].value)
+        name = best if len(bases) > 1 else "the baseline"
+        parts = [compare(e, bases[best], rule, what=f"{label} - {name}") for label, e in gens.items()]  # type: ignore[arg-type]
+        notes.append(claim_note(source, f"{BASELINE_CLAIM}, on {what.split(',')[0]}",
+                                all_of(parts, "every private generator"), digits=2,
+                                details=f"({what}; each generator row minus the best baseline row on this measure.)"))
+    return notes
+
+
 def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
     where = f"tables.{name}"
     default_paper = paper_table(table.published, where) if table.published else None
@@ -81,6 +132,9 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
     real_name = next((r.real for r in rows if r.real is not None), dataset)
     real_run = store.real(real_name) if gswgan and real_name else None
     records, rows_runs, runs, together = [], [], [], []
+    generators: list[tuple[str, list[Run]]] = []
+    baselines: list[tuple[str, list[Run]]] = []
+    experiments = params.all_experiments()
     for row in rows:
         pt, rid = row.paper if row.paper else (None, None)
         ours_exists = row.experiment is not None or row.real is not None
@@ -114,10 +168,17 @@ def _methods_table(name: str, table: Table, params: Params, store: RunStore) -> 
         records.append(rec)
         if len(reps) > 1 and row.experiment:
             together.append(_together_note(row.label, reps))
+        exp = experiments.get(row.experiment) if row.experiment and reps else None
+        if exp is not None and exp.spec.trivial_baseline:
+            baselines.append((row.label, reps))
+        elif exp is not None and exp.privacy.enabled:
+            generators.append((row.label, reps))
     papers = [r.paper[0] for r in rows if r.paper] + ([default_paper] if default_paper else [])
     notes = [*_notes(rows_runs, papers, fid=False), *gswgan_notes(rows_runs, real_run, real_name)] if gswgan \
         else _notes(rows_runs, papers, small_n=True)
     notes += [*_epsilon_notes(rows_runs), *together]
+    if baselines and not gswgan:
+        notes += baseline_claims(generators, baselines)
     frame = _result_first(pd.DataFrame.from_records(records), ["Method"])
     return BuiltTable(name, table.title, table.paper, frame, [*notes, *_ours(table)], runs,
                       ours=sum(run is not None for _, run in rows_runs))

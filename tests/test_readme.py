@@ -34,7 +34,8 @@ WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eigh
 #: every quick-scale MNIST run whose accuracies were recorded (see its "about")
 QUICK_RUNS = REPO / "benchmarks" / "results" / "quick_runs.json"
 #: the rows of the README's and docs/methods.md's quick-scale tables, and the experiment each reports
-QUICK_ROWS = {"DP-Sinkhorn": "dps_mnist", "GS-WGAN": "gswgan_mnist", "DP-MERF": "merf_mnist"}
+QUICK_ROWS = {"DP-Sinkhorn": "dps_mnist", "GS-WGAN": "gswgan_mnist", "DP-MERF": "merf_mnist",
+              "class-conditional Gaussian, trivial baseline": "cgauss_mnist"}
 COLUMN_NAMES = {"logreg": "LogReg", "mlp": "MLP", "cnn": "CNN"}
 
 
@@ -262,8 +263,8 @@ def quick_cell(records: list[dict], columns: list[str]) -> str:
 
 
 def test_the_quick_ranges_are_the_recorded_runs() -> None:
-    """Each quick-scale accuracy the README and docs/methods.md state for DP-Sinkhorn, GS-WGAN and DP-MERF is the
-    range over every run benchmarks/results/quick_runs.json records, with their count, dates and commits; the
+    """Each quick-scale accuracy the README and docs/methods.md state for DP-Sinkhorn, GS-WGAN, DP-MERF and the
+    trivial central-DP baseline is the range over every run benchmarks/results/quick_runs.json records, with their count, dates and commits; the
     first screen's DP-Sinkhorn range and deviations row 8's GS-WGAN range are those runs' too. A run outside a
     stated range (the one of 2026-11-28 was, for all three rows) fails here until the pages say it."""
     book = json.loads(QUICK_RUNS.read_text())
@@ -276,7 +277,8 @@ def test_the_quick_ranges_are_the_recorded_runs() -> None:
         by.setdefault(r["experiment"], []).append(r)
     assert set(by) == set(QUICK_ROWS.values()), set(by)
     for page in ("README.md", "docs/methods.md"):
-        rows = dict(re.findall(r"^\| (DP-Sinkhorn|GS-WGAN|DP-MERF) \| ([^|]+) \|", PAGES[page], re.M))
+        labels = "|".join(re.escape(label) for label in QUICK_ROWS)
+        rows = dict(re.findall(rf"^\| ({labels}) \| ([^|]+) \|", PAGES[page], re.M))
         for method, experiment in QUICK_ROWS.items():
             expected = quick_cell(by[experiment], columns)
             assert rows.get(method, "").strip() == expected, f"{page}, row {method}: write {expected!r}"

@@ -25,6 +25,15 @@ __all__ = ["CLASS_MOMENT_SENSITIVITY", "CLASS_MOMENT_WEIGHTS", "ClassMomentsSani
            "PerExampleGradSanitizer", "class_moment_stds"]
 
 
+def _refuse_a_chunk(released: bool, what_was: str, added: int, new: int, n_records: int) -> None:
+    """The one-pass releases' rule for a chunk of records: none after the release (that would need a second one),
+    and never more records than the noise is scaled for (n is public and fixes the sensitivity)."""
+    if released:
+        raise PrivacyError(f"{what_was} already released; adding records afterwards would need a second release")
+    if added + new > n_records:
+        raise PrivacyError(f"more records added ({added + new}) than the {n_records} the noise is scaled for")
+
+
 class MeanEmbeddingSanitizer(Sanitizer):
     """DP-MERF barrier: the label-conditional mean embedding, released ONCE with the Gaussian mechanism.
 
@@ -82,15 +91,10 @@ class MeanEmbeddingSanitizer(Sanitizer):
 
     def add(self, features: torch.Tensor, labels: torch.Tensor) -> None:
         """Accumulate a chunk of records: ``features`` (B, D), ``labels`` (B,) in [0, classes)."""
-        if self.released:
-            raise PrivacyError("the mean embedding was already released; adding records afterwards would "
-                               "need a second release")
+        _refuse_a_chunk(self.released, "the mean embedding was", self.added, len(features), self.n_records)
         if features.ndim != 2 or labels.shape != (features.shape[0],):
             raise PrivacyError(f"expected features (B, D) and labels (B,), got {tuple(features.shape)} and "
                                f"{tuple(labels.shape)}")
-        if self.added + len(features) > self.n_records:
-            raise PrivacyError(f"more records added ({self.added + len(features)}) than the {self.n_records} "
-                               "the noise is scaled for")
         require_finite(features, "feature row")
         sums, norms = self._class_sums(features[None], labels)
         self._sum = sums[0] if self._sum is None else self._sum + sums[0]
@@ -290,15 +294,10 @@ class ClassMomentsSanitizer(Sanitizer):
 
     def add(self, records: torch.Tensor, labels: torch.Tensor) -> None:
         """Accumulate a chunk of records: ``records`` (B, D), ``labels`` (B,) in [0, classes)."""
-        if self.released:
-            raise PrivacyError("the class moments were already released; adding records afterwards would need a "
-                               "second release")
+        _refuse_a_chunk(self.released, "the class moments were", self.added, len(records), self.n_records)
         if records.ndim != 2 or records.shape[1] != self.dim or labels.shape != (records.shape[0],):
             raise PrivacyError(f"expected records (B, {self.dim}) and labels (B,), got {tuple(records.shape)} and "
                                f"{tuple(labels.shape)}")
-        if self.added + len(records) > self.n_records:
-            raise PrivacyError(f"more records added ({self.added + len(records)}) than the {self.n_records} the "
-                               "noise is scaled for")
         require_finite(records, "record")
         moments, sums, counts, norms = self._accumulate(records[None], labels)
         if self._moments is None or self._sums is None or self._counts is None:

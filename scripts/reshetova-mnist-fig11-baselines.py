@@ -7,10 +7,11 @@ records privatized by the Gaussian mechanism (epsilon 502.7643, delta 1e-4, radi
 privatized files are not committed (and their noise was secret), so this script privatizes the same records of
 every cell again through the privatize stage itself (``stages.privatize``: same mechanism and parameters, fresh
 secret noise, each a release recorded in a release ledger of its own under a temporary folder -- MNIST is a
-public benchmark), builds the baselines from that privatized file alone (``methods.local_baselines.read_privatized``)
-and scores them as the evaluate stage scored each cell (``evaluate.baselines.scored_like_a_run``: one set of
-10,000 samples stored as uint8, W2 to 1,000 clean test records, KID / precision / recall in the same feature
-space). Writes reshetova_fig11_mnist_baselines.csv beside the runs.
+public benchmark), and fits and scores the baselines with the evaluate stage's own function
+(``evaluate.baselines.run_baselines``, what `dpsynth evaluate` now writes into a local-DP run's metrics.json): from
+that privatized file alone (``methods.local_baselines.read_privatized``), scored as the evaluate stage scored each
+cell (one set of 10,000 samples stored as uint8, W2 to 1,000 clean test records, KID / precision / recall in the
+same feature space). Writes reshetova_fig11_mnist_baselines.csv beside the runs.
 
     .venv/bin/python scripts/reshetova-mnist-fig11-baselines.py [--folder ...] [--data data] [--sizes 1000 ...]
 """
@@ -42,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dpsynth.config import parse_params, resolve_run
     from dpsynth.data import load_processed
-    from dpsynth.evaluate.baselines import scored_like_a_run
-    from dpsynth.methods.local_baselines import fit_local_baselines, read_privatized
+    from dpsynth.evaluate.baselines import run_baselines
     from dpsynth.stages.privatize import privatize, privatized_paths
 
     torch.set_num_threads(1)
@@ -71,17 +71,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             privatize(params, name)
             npz, _ = privatized_paths(root, name)
-            priv = read_privatized(npz)
-            assert len(priv.records) == n, (name, len(priv.records))
-            for base, model in fit_local_baselines(priv.records, priv.noise_var, seed=run.seed,
-                                                   domain=priv.domain).items():
-                m = scored_like_a_run(model, real, record_shape=priv.record_shape, n_synthetic=preset.n_synthetic,
-                                      n_sets=preset.n_synthetic_sets, seed=run.seed)
+            rec = run_baselines(npz, real, n_synthetic=preset.n_synthetic, n_sets=preset.n_synthetic_sets,
+                                seed=run.seed)
+            assert rec["available"] and rec["n_records"] == n, (name, rec.get("n_records"), rec.get("reason"))
+            for base, m in rec["models"].items():
                 c = m["closeness"]
                 rows.append({"baseline": base, "cell": name, "n": n, "seed": run.seed, "w2": m["mean"],
                              "kid": c["kid"]["mean"], "precision": c["precision"]["mean"],
-                             "recall": c["recall"]["mean"], "epsilon": priv.epsilon, "delta": priv.delta,
-                             "privacy": priv.privacy})
+                             "recall": c["recall"]["mean"], "epsilon": rec["epsilon"], "delta": rec["delta"],
+                             "privacy": rec["privacy"]})
                 print(f"{name} {base}: W2 {m['mean']:.3f}, KID×10³ {1e3 * c['kid']['mean']:.3f}, precision "
                       f"{c['precision']['mean']:.2f}, recall {c['recall']['mean']:.2f} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)

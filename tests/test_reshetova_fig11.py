@@ -156,14 +156,19 @@ def test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_
 
     from dpsynth.evaluate.record import MetricsError, MetricsRecord
     from dpsynth.evaluate.w2 import w2_distance
-    from dpsynth.paths import OUTSIDE_GUARANTEE, release_rule, w2_train_file
+    from dpsynth.paths import OUTSIDE_GUARANTEE, privatized_file, release_rule, w2_train_file
     from dpsynth.stages.evaluate import run_evaluate
+    from dpsynth.stages.privatize import privatize
     from tests.test_reshetova_figures import _fabricate
 
     params, x, x_test = half_circle
     name = "n_test-n1000"
     rng = np.random.default_rng(5)
     _fabricate(params, tmp_path / "results", Path(params.data.root), name, 0.5, rng)
+    # the run's privatized records, which its evaluate stage fits the trivial baselines to (the fabricated
+    # stand-in has no privacy report)
+    privatized_file(params.data.root, name).unlink()
+    privatize(params, name)
     assert run_evaluate(params, name, synthetic=str(Path(params.data.root) / "synthetic"),
                         models=str(tmp_path / "models"), results=str(tmp_path / "results"),
                         private_out=str(tmp_path / "private"), device="cpu") == 0
@@ -187,6 +192,8 @@ def test_evaluate_keeps_the_w2_to_the_runs_own_clean_training_records_under_the_
     assert not release_rule(str(w2_train_file("private", name))).push  # and DVC never sends it
     # a run that sweeps no n measures nothing on its training records
     _fabricate(params, tmp_path / "results", Path(params.data.root), "ewgan_half_circle_gauss", 0.5, rng)
+    privatized_file(params.data.root, "ewgan_half_circle_gauss").unlink()
+    privatize(params, "ewgan_half_circle_gauss")
     assert run_evaluate(params, "ewgan_half_circle_gauss", synthetic=str(Path(params.data.root) / "synthetic"),
                         models=str(tmp_path / "models"), results=str(tmp_path / "results"),
                         private_out=str(tmp_path / "private"), device="cpu") == 0

@@ -68,8 +68,9 @@ def snakemake_jobs(cwd: Path, settings: bool = False) -> list[tuple[str, frozens
 
 
 def _rule_of(group: str, sweeps: list[str]) -> str:
-    """DVC stage group -> Snakemake rule: `train_gswgan` and `train_<sweep target>` are `train`."""
-    for suffix in ["gswgan", *sweeps]:
+    """DVC stage group -> Snakemake rule: `train_gswgan` and `train_<sweep target>` are `train`, `evaluate_local`
+    (the runs on locally privatized records) is `evaluate`."""
+    for suffix in ["gswgan", "local", *sweeps]:
         if group.endswith(f"_{suffix}"):
             return group[: -len(suffix) - 1]
     return group

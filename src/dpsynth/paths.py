@@ -21,7 +21,7 @@ from pathlib import Path
 __all__ = ["RUNS", "REAL", "W2_NOISE", "PRIVATE", "NOISE_FREE", "OUTSIDE_GUARANTEE", "ReleaseRule", "release_rule",
            "run_dir", "metrics_file", "samples_png", "real_metrics_file", "w2_noise_csv", "w2_noise_samples",
            "w2_noise_runs_dir", "warmstart_dir", "private_run_dir", "w2_train_file", "gswgan_train_file",
-           "fid_reference_dir", "is_classifier_dir", "PUBLIC_TRAINING_SPLIT"]
+           "fid_reference_dir", "is_classifier_dir", "PUBLIC_TRAINING_SPLIT", "privatized_file"]
 
 RUNS = "runs"
 REAL = "real"
@@ -107,6 +107,13 @@ def samples_png(results: str | Path, experiment: str) -> Path:
 
 def real_metrics_file(results: str | Path, dataset: str) -> Path:
     return Path(results) / REAL / dataset / "metrics.json"
+
+
+def privatized_file(data_root: str | Path, experiment: str) -> Path:
+    """A local-DP run's privatized records, the privatize stage's output (``{data.root}/privatized/<run>.npz``, its
+    privacy report beside it as ``.json``): what the run trains on, and what the evaluate stage fits the run's
+    trivial private baselines to."""
+    return Path(data_root) / "privatized" / f"{experiment}.npz"
 
 
 def w2_noise_csv(results: str | Path, dataset: str) -> Path:

@@ -267,6 +267,15 @@ def train_data(wildcards):
     return inputs
 
 
+def evaluate_privatized(wildcards):
+    """A run trained on locally privatized records (its method's takes_local_data, its local: block): those
+    records, which its evaluate job fits the trivial private baselines to (evaluate.baselines.run_baselines);
+    nothing for any other run."""
+    exp = EXPERIMENTS[wildcards.experiment]
+    return [f"data/privatized/{wildcards.experiment}.npz"] if exp.spec.takes_local_data and exp.local is not None \
+        else []
+
+
 def experiment_dataset(wildcards):
     return f"data/processed/{EXPERIMENTS[wildcards.experiment].dataset}.npz"
 

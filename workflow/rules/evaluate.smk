@@ -8,6 +8,8 @@ rule evaluate:
         sets="data/synthetic/{experiment}",
         real=experiment_dataset,
         summary="models/{experiment}/train_summary.json",
+        # a run on locally privatized records: those records, its trivial private baselines' only data
+        privatized=evaluate_privatized,
     output:
         metrics="results/runs/{experiment}/metrics.json",
         headline="results/runs/{experiment}/headline.json",

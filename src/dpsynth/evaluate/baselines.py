@@ -8,19 +8,31 @@ records the generators of that cell trained on and scored by the SAME path: ``w2
 same second measure on the first draw (``closeness.CloseToClean``: KID, precision, recall). A row is a training
 run's analogue: the baseline fitted on one seed's privatized records, so the rows of a (baseline, noise level)
 are independent draws in the way the generators' runs are.
+
+Every run trained on locally privatized records gets its baselines in the evaluate stage (:func:`run_baselines`,
+written as its ``metrics.json``'s ``baselines`` record): fitted to that run's own privatized file
+(``data/privatized/<run>.npz``, ``paths.privatized_file``) and scored as that run's generator is
+(:func:`scored_like_a_run`: the run's set count and size, seeds from the run's seed). The Fig. 11 and 2-D tables
+read them from there; ``scripts/reshetova-mnist-fig11-baselines.py`` calls the same function for the committed
+runs.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpsynth.errors import DataError
 from dpsynth.evaluate.w2 import W2_DRAWS, privatized_records, score_sampler
-from dpsynth.methods.local_baselines import Baseline, fit_local_baselines
+from dpsynth.methods.local_baselines import CODEBOOK_KS, Baseline, codebook_name, fit_local_baselines
 
-__all__ = ["BASELINE", "SWEEP_PRIVACY", "baseline_rows", "sweep_baseline_rows", "sampler", "scored_like_a_run"]
+__all__ = ["BASELINE", "SWEEP_PRIVACY", "HeldOut", "baseline_rows", "run_baselines", "sweep_baseline_rows", "sampler",
+           "scored_like_a_run"]
 
 #: The role of a baseline's row in a sweep's CSV (beside ``figure``, ``step_check``, ``reference``).
 BASELINE = "baseline"
@@ -97,3 +109,61 @@ def scored_like_a_run(model: Baseline, real: Any, *, record_shape: tuple[int, ..
     if image:
         out["closeness"] = closeness_of_sets(sets, real.x_test, real.y_test, real.num_classes)
     return out
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The clean held-out records a run is scored against, and nothing else of its dataset: what
+    :func:`run_baselines` passes to the scoring, so no path from there reaches a clean training record."""
+
+    x_test: Any
+    y_test: Any
+    num_classes: int
+
+    @classmethod
+    def of(cls, real: Any) -> HeldOut:
+        return cls(real.x_test, real.y_test, int(real.num_classes))
+
+
+def run_baselines(privatized: str | Path, real: Any, *, n_synthetic: int, n_sets: int, seed: int,
+                  ks: tuple[int, ...] = CODEBOOK_KS) -> dict[str, Any]:
+    """The ``baselines`` record of a run trained on locally privatized records: every baseline
+    (``methods.local_baselines``) fitted to the run's own privatized file ``privatized`` alone
+    (``read_privatized``: the records and their privacy report; k-means seeded with ``seed``, the run's) and
+    scored as the run's generator is (:func:`scored_like_a_run`: ``n_sets`` sets of ``n_synthetic`` records, the
+    same W2 subsamples of the clean test split, KID / precision / recall for images). ``real``: the clean dataset
+    whose TEST split the run is scored against -- only that split goes on (:class:`HeldOut`).
+
+    Returns ``{"available": True, "privatized", "n_records", "mechanism", "epsilon", "delta", "private", "privacy",
+    "seed", "n_synthetic", "n_synthetic_sets", "models": {name: the run's ``w2`` record's shape}, "skipped":
+    {name: why}, "seconds"}``; ``privacy`` is the baselines' own: post-processing of the privatized records at the
+    privatization's (epsilon, delta). ``{"available": False, "reason", "privatized"}`` for records the baselines
+    cannot fit (DCT coefficients). A missing privatized file is a ``DataError`` naming it."""
+    from dpsynth.io import read_json
+    from dpsynth.methods.local_baselines import read_privatized
+
+    npz = Path(privatized)
+    if not npz.is_file() or not npz.with_suffix(".json").is_file():
+        raise DataError(f"{npz}: the privatized records this run trained on (and their report, "
+                        f"{npz.with_suffix('.json').name}) are needed to fit its trivial private baselines; run its "
+                        "privatize stage first (`dpsynth privatize <run>`)")
+    if (read_json(npz.with_suffix(".json")) or {}).get("dct"):
+        return {"available": False, "privatized": str(npz),
+                "reason": "the privatized records are DCT coefficients (local.dct): the baselines fit records in "
+                          "pixels, where the noise covariance is known"}
+    t0 = time.perf_counter()
+    priv = read_privatized(npz)
+    n = len(priv.records)
+    fit = tuple(k for k in ks if k <= n)
+    skipped = {codebook_name(k): f"a codebook of k = {k} needs at least {k} privatized records, the file has {n}"
+               for k in ks if k > n}
+    test = HeldOut.of(real)
+    models = {name: scored_like_a_run(model, test, record_shape=priv.record_shape, n_synthetic=n_synthetic,
+                                      n_sets=n_sets, seed=seed)
+              for name, model in fit_local_baselines(priv.records, priv.noise_var, seed=seed, ks=fit,
+                                                     domain=priv.domain).items()}
+    return {"available": True, "privatized": str(npz), "n_records": n, "mechanism": priv.mechanism,
+            "epsilon": float(priv.epsilon), "delta": float(priv.delta), "private": priv.private,
+            "privacy": priv.privacy, "seed": int(seed), "n_synthetic": int(n_synthetic),
+            "n_synthetic_sets": int(n_sets), "models": models, **({"skipped": skipped} if skipped else {}),
+            "seconds": round(time.perf_counter() - t0, 2)}

@@ -140,8 +140,9 @@ class MetricsRecord:
     """One metrics.json. Written keys: the seven of ``REQUIRED_KEYS``, then -- for a synthetic-data
     run, never for a real-data row -- the five of ``SYNTHETIC_KEYS``, then ``preset`` and ``versions``
     (files that lack those two, such as hand-made fixtures, read as None and are written without them),
-    then ``protocols`` where a table asked for a paper's own protocol.
-    ``extra`` keeps keys this version does not know, so a read record writes back what it read."""
+    then ``protocols`` where a table asked for a paper's own protocol, and ``baselines`` for a run trained on
+    locally privatized records. ``extra`` keeps keys this version does not know, so a read record writes back
+    what it read."""
 
     experiment: str  # the run's name; ``real_{dataset}`` for a real-data row
     dataset: str
@@ -172,6 +173,10 @@ class MetricsRecord:
     #: {"gs_wgan": {"is", "fid_train", "zoo", "accuracy", "sizes", ...}} (``dpsynth.evaluate.gswgan_protocol``);
     #: None (not written) for every other run
     protocols: dict[str, dict[str, Any]] | None = None
+    #: a run trained on locally privatized records: its trivial private baselines, fitted to its privatized file
+    #: and scored as its generator (``evaluate.baselines.run_baselines``: {"available", "privacy", "epsilon",
+    #: "delta", "seed", "models": {name: a ``w2``-shaped record}, ...}); None (not written) for every other run
+    baselines: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -195,6 +200,8 @@ class MetricsRecord:
             out["versions"] = self.versions
         if self.protocols is not None:
             out["protocols"] = self.protocols
+        if self.baselines is not None:
+            out["baselines"] = self.baselines
         return {**out, **self.extra}
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -298,9 +305,56 @@ class MetricsRecord:
         protocols = d.get("protocols")
         if protocols is not None:
             _check_protocols(protocols, real=real)
-        optional = (*SYNTHETIC_KEYS, "preset", "versions", "protocols")
+        baselines = d.get("baselines")
+        if baselines is not None:
+            if real:
+                raise MetricsError("baselines", "belongs to a run trained on locally privatized records, never to a "
+                                                "real-data row")
+            _check_baselines(baselines)
+        optional = (*SYNTHETIC_KEYS, "preset", "versions", "protocols", "baselines")
         return cls(**{k: d[k] for k in REQUIRED_KEYS}, **{k: d.get(k) for k in optional},
                    extra={k: v for k, v in d.items() if k not in REQUIRED_KEYS and k not in optional})
+
+
+def _check_baselines(rec: Any) -> None:
+    """A run's ``baselines`` record a table would misprint is refused by key: each baseline's W2 (and, where
+    present, its KID, precision and recall) summarised as a run's are (``_check_summary``), with the privacy they
+    are released at; one that holds a W2 to clean training records (which they never read) is refused too."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("available"), bool):
+        raise MetricsError("baselines", f"must be a mapping with 'available' true/false, got {rec!r}")
+    if not rec["available"]:
+        if not isinstance(rec.get("reason"), str) or not rec["reason"]:
+            raise MetricsError("baselines.reason", "must say why a run has no baselines")
+        return
+    if not isinstance(rec.get("privacy"), str) or not rec["privacy"]:
+        raise MetricsError("baselines.privacy", f"must be the baselines' privacy, a non-empty string, got "
+                                                f"{rec.get('privacy')!r}")
+    for key in ("epsilon", "delta"):
+        if not (isinstance(rec.get(key), int | float) and not isinstance(rec.get(key), bool)) or rec[key] < 0:
+            raise MetricsError(f"baselines.{key}", f"must be the privatization's {key} (a number >= 0), got "
+                                                   f"{rec.get(key)!r}")
+    if not isinstance(rec.get("seed"), int) or isinstance(rec.get("seed"), bool):
+        raise MetricsError("baselines.seed", f"must be the run's seed (an integer), got {rec.get('seed')!r}")
+    models = rec.get("models")
+    if not isinstance(models, dict) or not models:
+        raise MetricsError("baselines.models", f"must map each baseline's name to its scores, got {models!r}")
+    for name, m in models.items():
+        where = f"baselines.models.{name}"
+        if not isinstance(m, dict):
+            raise MetricsError(where, f"must be a record with numeric 'mean' and 'std', got {m!r}")
+        _check_summary(where, m, NON_NEGATIVE)
+        if "train" in m:
+            raise MetricsError(f"{where}.train", "is a W2 to clean training records: a baseline never reads them")
+        close = m.get("closeness")
+        if close is None:
+            continue
+        if not isinstance(close, dict):
+            raise MetricsError(f"{where}.closeness", f"must be a mapping, got {close!r}")
+        for key in ("kid", "precision", "recall"):
+            if key in close:
+                if not isinstance(close[key], dict):
+                    raise MetricsError(f"{where}.closeness.{key}", f"must be a record, got {close[key]!r}")
+                _check_summary(f"{where}.closeness.{key}", close[key], FIDELITY_BOUNDS[key])
 
 
 def _check_protocols(protocols: Any, *, real: bool = False) -> None:

@@ -106,6 +106,16 @@ def run_evaluate(params: Params, experiment: str | None = None, *, real: str | N
             scores["protocols"][GS_WGAN], kept = release_training_split(gs, dataset=exp.dataset,
                                                                         private_path=str(where))
             _write_private(where, experiment, "gswgan_train", kept, "GS-WGAN's IS and FID against the training split")
+        if run is not None and exp.spec.takes_local_data and exp.local is not None:
+            from dpsynth.evaluate.baselines import run_baselines
+            from dpsynth.paths import privatized_file
+
+            # the trivial private baselines of a run on locally privatized records: fitted to the very records it
+            # trained on (its privatize stage's file, never the clean training records) and scored as its
+            # generator was just scored (the same set count and size, its seed)
+            scores["baselines"] = run_baselines(privatized_file(params.data.root, experiment), data,
+                                                n_synthetic=scores["n_synthetic"],
+                                                n_sets=scores["n_synthetic_sets"], seed=run.seed)
         summary = Path(models) / experiment / "train_summary.json"
         record = MetricsRecord(experiment=experiment, dataset=exp.dataset, method=exp.method, **scores,
                                train=read_json(summary) if summary.is_file() else None, scale=params.scale,
@@ -140,6 +150,14 @@ def _say(record: Any, out: Path) -> None:
         if isinstance(sub, dict):
             print(f"{record.experiment}: {name} " + (f"{sub['mean']:.4g}" if sub.get("available") else
                                                      f"unavailable ({sub.get('reason')})"))
+    bases = record.baselines or {}
+    if bases.get("available"):
+        for name, rec in bases["models"].items():
+            print(f"{record.experiment}: {name} (fitted to its privatized records): W2 to clean held-out data "
+                  f"{_spread(rec)}")
+        print(f"{record.experiment}: trivial private baselines ({bases['privacy']}) fitted in {bases['seconds']} s")
+    elif bases:
+        print(f"{record.experiment}: no trivial private baselines: {bases['reason']}")
     gs = (record.protocols or {}).get(GS_WGAN)
     if gs is not None:
         train_part = f"IS and FID vs the training split kept under {gs['is'].get('private')} (not printed)"

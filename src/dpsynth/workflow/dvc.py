@@ -15,7 +15,8 @@ What a stage's job reads from params.yaml reaches it as a file, ``results/settin
 written by the first stage (``settings``, which depends on all of params.yaml) from the same function
 Snakemake's fingerprints hash (``dpsynth.workflow.settings``): an edit re-runs exactly the stages whose
 settings it changed, in both tools. Warm-started targets (GS-WGAN) have groups of their own (``*_gswgan``) because
-every item of a ``foreach`` has the same dependencies.
+every item of a ``foreach`` has the same dependencies; so, for their evaluate stage, do runs on locally privatized
+records (``evaluate_local``: the job also reads the run's privatized records, to fit its trivial baselines).
 """
 
 from __future__ import annotations
@@ -116,11 +117,19 @@ def _sample(run: str) -> dict[str, Any]:
             "outs": [f"data/synthetic/{run}", f"results/runs/{run}/samples.png"]}
 
 
-def _evaluate(run: str, dataset: str) -> dict[str, Any]:
+def _evaluate(run: str, dataset: str, *, privatized: bool = False) -> dict[str, Any]:
+    """``privatized``: a run on locally privatized records, whose evaluate job also fits its trivial private
+    baselines to them (as the Snakefile's ``evaluate_privatized``)."""
     return {"cmd": _cmd("evaluate", run, f"evaluate {run} --params params.yaml"),
             "deps": [settings_path("evaluate", run), f"data/synthetic/{run}", f"data/processed/{dataset}.npz",
+                     *([f"data/privatized/{run}.npz"] if privatized else []),
                      f"models/{run}/train_summary.json", *_code("evaluate")],
             **_metrics(f"results/runs/{run}")}
+
+
+def _local_data(exp: Any) -> bool:
+    """A run trained on locally privatized records (its method's ``takes_local_data``, its ``local:`` block)."""
+    return bool(exp.spec.takes_local_data and exp.local is not None)
 
 
 def _experiment_groups(params: Params) -> dict[str, Any]:
@@ -147,7 +156,13 @@ def _experiment_groups(params: Params) -> dict[str, Any]:
         data = ["data/${item.data}.npz", *(["private/warmstart/${item.warmstart}/critics.pt"] if warm_started else [])]
         stages[f"train{suffix}"] = {"foreach": items, "do": _train("${key}", data)}
         stages[f"sample{suffix}"] = {"foreach": items, "do": _sample("${key}")}
-        stages[f"evaluate{suffix}"] = {"foreach": items, "do": _evaluate("${key}", "${item.dataset}")}
+        # every item of a foreach has the same dependencies: the runs on privatized records, whose evaluate job
+        # also reads them, have a group of their own
+        experiments = params.all_experiments()
+        for group, local in ((f"evaluate{suffix}", False), (f"evaluate{suffix}_local", True)):
+            some = {n: item for n, item in items.items() if _local_data(experiments[n]) == local}
+            if some:
+                stages[group] = {"foreach": some, "do": _evaluate("${key}", "${item.dataset}", privatized=local)}
     return stages
 
 
@@ -188,7 +203,7 @@ def _sweep_groups(params: Params, sweep: str) -> dict[str, Any]:
         f"train_{sweep}": looped(_train(run, [*data[:1], *([f"private/sweeps/{sweep}"] if spec.train_together
                                                            else []), *data[1:]])),
         f"sample_{sweep}": looped(_sample(run)),
-        f"evaluate_{sweep}": looped(_evaluate(run, base.dataset)),
+        f"evaluate_{sweep}": looped(_evaluate(run, base.dataset, privatized=_local_data(base))),
     }
 
 

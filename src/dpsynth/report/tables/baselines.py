@@ -19,12 +19,15 @@ there (``claims.step_checked``); at a level without them it reads undecided, as 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from dpsynth.report.claims import Estimate, Verdict, all_of, claim_note, compare, estimate_of_rows, step_checked
+
+if TYPE_CHECKING:
+    from dpsynth.report.runs import Run
 
 BASELINE = "baseline"
 #: What one seed fixes for a generator and the baseline fitted beside it: the same privatized records (the noise
@@ -57,20 +60,89 @@ def baseline_rows_of(every: pd.DataFrame) -> pd.DataFrame:
     return every[every["role"] == BASELINE].reset_index(drop=True)
 
 
-def baseline_records(rows: pd.DataFrame, *, run: str, scale: str, paper_cell: str,
+#: The W2 table's columns for a baseline row's name, level, run, W2 cell and count of fits (the Fig. 11 and 2-D
+#: tables pass their own; a None column is not written).
+W2_COLUMNS: Mapping[str, str | None] = {"name": "Loss", "level": "Noise σ", "run": "Run", "w2": "W2 to clean data ours",
+                                        "count": "n"}
+
+
+def baseline_records(rows: pd.DataFrame, *, run: str | Callable[[str, pd.DataFrame], str], scale: str, paper_cell: str,
                      cell: Callable[[pd.DataFrame], str],
-                     closeness: Callable[[pd.DataFrame], dict[str, str]]) -> list[dict[str, str]]:
-    """A table row per (baseline, noise level) -- its rows are one fit per seed, counted like training runs --
-    with the table's own cell formats (``cell`` for W2, ``closeness`` for KID and precision / recall)."""
+                     closeness: Callable[[pd.DataFrame], dict[str, str]], level: str = "noise",
+                     level_cell: Callable[[Any], str] = "{:g}".format,
+                     columns: Mapping[str, str | None] = W2_COLUMNS) -> list[dict[str, str]]:
+    """A table row per (baseline, level: the noise σ, Fig. 11's n, a 2-D figure's panel) -- its rows are one fit
+    per seed or run, counted like training runs -- with the table's own cell formats (``cell`` for W2,
+    ``closeness`` for KID and precision / recall) and column names (``columns``: :data:`W2_COLUMNS`'s keys);
+    ``run``: the Run cell, or a function of the baseline's name and rows giving it."""
     out = []
-    for (name, noise), g in sorted(rows.groupby(["loss", "noise"]), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (name, at), g in sorted(rows.groupby(["loss", level]), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         privacy = str(g["privacy"].dropna().iloc[0]) if "privacy" in g and g["privacy"].notna().any() else \
             "the privatized records' own"
-        out.append({"Loss": str(name), "Noise σ": f"{noise:g}", "Run": run,
-                    "Scale": str(g["scale"].iloc[0]) if "scale" in g and g["scale"].notna().any() else scale,
-                    "W2 to clean data ours": cell(g), "W2 paper": paper_cell, **closeness(g), "Privacy": privacy,
-                    "n": str(len(g))})
+        fields = {"name": str(name), "level": level_cell(at), "run": run(str(name), g) if callable(run) else run,
+                  "w2": cell(g), "count": str(len(g))}
+        rec = {columns[k]: v for k, v in fields.items() if columns.get(k)}
+        rec.update({"Scale": str(g["scale"].iloc[0]) if "scale" in g and g["scale"].notna().any() else scale,
+                    "W2 paper": paper_cell, **closeness(g), "Privacy": privacy})
+        out.append(rec)
     return out
+
+
+#: What one seed fixes for a pipeline run and the baselines its evaluate stage fitted beside it
+#: (``evaluate.baselines.run_baselines``): the run's own privatized records and, set by set, the same W2 subsamples of
+#: the clean test records. Runs of one seed in other cells share nothing else, so pairing needs runs of the SAME
+#: cell by seed (a 2-D figure's panel); Fig. 11's step check trains other privatized records, so that table stays
+#: Welch (``train_size_baseline_claims``).
+RUN_SHARES = "the run's own privatized records and the W2 subsamples of the clean test records"
+RUN_NOTE = ("Ours: the 'baseline' rows are trivial generators that `dpsynth evaluate` fitted to each run's OWN "
+            "privatized records (data/privatized/<run>.npz, the file the run trained on; "
+            "dpsynth.evaluate.baselines.run_baselines) and scored exactly as that run's generator (the same count and "
+            "size of synthetic sets, the same W2 subsamples of the clean test records, the run's seed): a k-means "
+            "codebook (k = 10, 100; scikit-learn's KMeans) sampled by cluster frequency, and a Gaussian fitted with "
+            "the mechanism's known noise covariance removed (eigenvalues clipped at 0). They are post-processing of "
+            "the privatized records -- the clean training records are never read -- so they are released at the "
+            "privatization's (ε, δ), in the Privacy column, like the generator itself. Read each measure on its own: "
+            "W2 rewards blur (a codebook centre averages many records), KID can reward a Gaussian blob, precision / "
+            "recall flag smooth or off-manifold sets.")
+#: The measures a ``w2``-shaped record holds (a run's metrics.json ``w2``, or one baseline's): its W2, then its
+#: ``closeness`` record's KID, precision and recall (images only).
+CLOSENESS_KEYS = ("kid", "precision", "recall")
+
+
+def measures_of(rec: Any) -> dict[str, float]:
+    """The means of a ``w2``-shaped record: ``w2`` and, where its ``closeness`` has them, ``kid``, ``precision``,
+    ``recall``; empty for no record."""
+    if not isinstance(rec, dict) or "mean" not in rec:
+        return {}
+    out = {"w2": float(rec["mean"])}
+    close = rec.get("closeness") if isinstance(rec.get("closeness"), dict) else {}
+    for key in CLOSENESS_KEYS:
+        sub = close.get(key)
+        if isinstance(sub, dict) and "mean" in sub:
+            out[key] = float(sub["mean"])
+    return out
+
+
+def baselines_of_runs(runs: Iterable[tuple[Run | None, Mapping[str, Any]]]) -> tuple[pd.DataFrame, list[str]]:
+    """The baselines the evaluate stage wrote into each run's metrics.json (``baselines``): one row per (run,
+    baseline) -- ``loss`` (the baseline's name), ``run``, ``seed``, ``scale``, ``privacy``, the measures
+    (:func:`measures_of`) and the records the table's cells format (``w2_record``, ``closeness``) -- plus the
+    columns each run is given (``runs``: (run, e.g. {"n": 1000.0})). And one line per run whose record says it
+    has none, with the reason. Runs without the record (not run, or evaluated before it existed) add nothing."""
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for run, levels in runs:
+        rec = run.metrics.get("baselines") if run is not None else None
+        if run is None or not isinstance(rec, dict):
+            continue
+        if not rec.get("available"):
+            notes.append(f"Ours: {run.name} has no trivial baselines: {rec.get('reason')}.")
+            continue
+        for name, m in rec["models"].items():
+            rows.append({"loss": str(name), "run": run.name, "seed": int(rec["seed"]), "scale": run.scale,
+                         "privacy": str(rec["privacy"]), **measures_of(m), "w2_record": m,
+                         "closeness": m.get("closeness") or {}, **levels})
+    return pd.DataFrame(rows), notes
 
 
 def _sigma(v: float) -> str:
@@ -146,8 +218,10 @@ def train_size_baseline_claims(runs: pd.DataFrame, baselines: pd.DataFrame, *, s
                                loss: str = "entropic") -> list[str]:
     """Reshetova et al.'s Fig. 11 read against its baselines: ``runs`` one row per training run (columns ``n``,
     ``seed``, ``steps`` and the measures, as reshetova_fig11_mnist_runs.csv), the runs at the most steps being the
-    step check's; ``baselines`` one row per (baseline, n, seed) (column ``baseline``). Per n, Welch: a baseline
-    is fitted to a fresh privatization of that cell's records (the cell's own noise is secret), so nothing pairs."""
+    step check's; ``baselines`` one row per (baseline, n, seed) (column ``baseline``). Per n, Welch: the offline
+    script fits a baseline to a fresh privatization of that cell's records (the cell's own noise is secret), and the
+    pipeline's (each run's own records) meet the step check's runs, which trained on other privatized records --
+    so nothing pairs."""
     gen = runs.assign(loss=loss)
     most = gen["steps"].max()
     split = gen["steps"].nunique() > 1

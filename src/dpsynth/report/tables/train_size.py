@@ -9,7 +9,12 @@ Released: the held-out ("test") curve only -- the W2 to the clean test split, re
 paper's "train" curve, the W2 to a cell's own clean training records (``RunSpec.train_indices``), is a statistic
 of the private records without noise, outside the guarantee: the evaluate stage writes it under the private root
 (``paths.w2_train_file``), and this table names that path per cell instead of printing it (``paths.release_rule``
-keeps the private root off every remote)."""
+keeps the private root off every remote).
+
+Beside each n, the trivial private baselines each run's evaluate stage fitted to that run's own privatized records
+(``evaluate.baselines.run_baselines``: a k-means codebook, k = 10 and 100, and a Gaussian with the noise removed),
+and the claim "the generator is closer to the clean data than the baselines" per measure
+(``baselines.train_size_baseline_claims``)."""
 
 from __future__ import annotations
 
@@ -35,7 +40,14 @@ from dpsynth.report.claims import (
     unconverged,
 )
 from dpsynth.report.published import paper_table
-from dpsynth.report.runs import NOT_REPORTED, PLOT_ONLY, Run, RunStore, scale_cell
+from dpsynth.report.runs import NOT_APPLICABLE, NOT_REPORTED, PLOT_ONLY, Run, RunStore, fmt_summary, scale_cell
+from dpsynth.report.tables.baselines import (
+    RUN_NOTE,
+    baseline_records,
+    baselines_of_runs,
+    measures_of,
+    train_size_baseline_claims,
+)
 from dpsynth.report.tables.common import BuiltTable, _members, _result_first
 from dpsynth.report.tables.notes import _ours, _scale_notes
 from dpsynth.report.tables.w2 import (
@@ -43,11 +55,16 @@ from dpsynth.report.tables.w2 import (
     PR_COLUMN,
     SECOND_MEASURE_NOTE,
     closeness_cells,
+    closeness_record_cells,
     closeness_records,
     w2_cell,
     w2_of,
     w2_record,
 )
+
+#: A Fig. 11 baseline row's columns (``baselines.baseline_records``): its n, a Run cell naming the baseline and the
+#: runs whose privatized records it was fitted to, the W2 column of this table.
+BASELINE_COLUMNS = {"name": None, "level": "n", "run": "Run", "w2": "W2 to clean held-out ours", "count": None}
 
 #: The rate Theorem 2 of the paper gives (n^-1/2) as a slope of log W2 against log n.
 PAPER_SLOPE = -0.5
@@ -282,6 +299,14 @@ def real_floor(results: Any, dataset: str | None) -> tuple[Estimate | None, str]
                  f"sd over {draws} draws of both sides, so it spans other test subsets than the one these runs read")
 
 
+def _steps(run: Run, exp: Any) -> float:
+    """The steps a run trained (its train summary; else its experiment's ``max_steps``; else NaN)."""
+    steps = (run.metrics.get("train") or {}).get("steps")
+    if not isinstance(steps, int | float) or isinstance(steps, bool):
+        steps = getattr(exp.hparams, "max_steps", None)
+    return float(steps) if isinstance(steps, int | float) and not isinstance(steps, bool) else math.nan
+
+
 def _train_size_table(name: str, table: Table, params: Params, store: RunStore) -> BuiltTable:
     paper = paper_table(table.published, f"tables.{name}") if table.published else None
     paper_cell = PLOT_ONLY if paper is not None and paper.plot_only else NOT_REPORTED
@@ -295,10 +320,17 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
     kids: list[dict[str, float]] = []
     grids: list[tuple[str, str]] = []  # (label, run) of one run per n: the figures' sample grid per n
     runs: list[Run | None] = []
+    generators: list[dict[str, Any]] = []  # every run's measures, for the baseline claims
+    bases: list[pd.DataFrame] = []
+    base_notes: list[str] = []
     for n, cells in groups.items():
         names = [x for e in cells for x in params.replicates_of(e)]
         reps = [store.experiment(x) for x in names]
         runs += reps
+        generators += [{"n": float(n), "seed": seed_of(params, x), "steps": _steps(rep, experiments[x]),
+                        **measures_of(rep.metrics.get("w2"))} for x, rep in zip(names, reps) if rep is not None]
+        at, why = baselines_of_runs((rep, {"n": float(n)}) for rep in reps)
+        base_notes += why
         first = next((name for name, r in zip(names, reps) if r is not None), None)
         if first is not None:
             grids.append((f"n = {n:,} ({first}; 1 of {sum(r is not None for r in reps)} runs)", first))
@@ -311,7 +343,15 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                             next((r for r in reps if r is not None), None), params.scale),
                         "W2 to clean held-out ours": w2_cell(reps), "W2 paper": paper_cell, **closeness_cells(reps),
                         "W2 to clean train (private)": "; ".join(f"{train_curve_path(e)}" for e in cells)
-                        + " (not released)"})
+                        + " (not released)",
+                        **({"Privacy": str(at["privacy"].iloc[0])} if len(at) else {})})
+        if len(at):  # the trivial private baselines each run's evaluate stage fitted to its privatized records
+            bases.append(at)
+            records += [{**rec, "W2 to clean train (private)": NOT_APPLICABLE} for rec in baseline_records(
+                at, run=lambda name, g: f"{name} (fitted to the privatized records of {', '.join(g['run'])})",
+                scale=params.scale, paper_cell=NOT_REPORTED, level="n", level_cell=lambda v: f"{v:,.0f}",
+                cell=lambda g: fmt_summary(list(g["w2_record"]), digits=3),
+                closeness=lambda g: closeness_record_cells(list(g["closeness"])), columns=BASELINE_COLUMNS)]
     df = pd.DataFrame(points, columns=["n", "test", "se", "runs"])
     ok = df.dropna(subset=["test"])
     slopes: dict[str, float | None] = {"test": fit_slope(ok["n"], ok["test"]) if ok["n"].nunique() >= 2 else None}
@@ -339,9 +379,20 @@ def _train_size_table(name: str, table: Table, params: Params, store: RunStore) 
                                                  "(its first 1,000 records), the set W2 reads"))
         notes.append(kid_falls(pd.DataFrame(kids, columns=["n", "kid"]), figure=figure, checks=check_kids,
                                steps=f"{check_point['steps']:,} steps" if check_point else "twice the steps"))
+    if bases:
+        notes.append(RUN_NOTE)
+        # the step check's runs (twice the steps, one n): the runs at the most steps are the check's
+        checks = [{"n": float(experiments[c].train_size or 0), "seed": seed_of(params, x),
+                   "steps": _steps(rep, experiments[x]), **measures_of(rep.metrics.get("w2"))}
+                  for c in ([table.step_check] if table.step_check else []) for x in params.replicates_of(c)
+                  for rep in [store.experiment(x)] if rep is not None]
+        loss = str(getattr(experiments[next(iter(groups.values()))[0]].hparams, "loss", "generator"))
+        notes += train_size_baseline_claims(pd.DataFrame(generators + checks), pd.concat(bases, ignore_index=True),
+                                            source=f"ours, beside Reshetova et al., {figure}", loss=loss)
+    notes += base_notes
     notes += _scale_notes(runs)
     columns = ["n", "Run", "Scale", "W2 to clean held-out ours", "W2 paper"] + \
-        ([KID_COLUMN, PR_COLUMN] if kids else []) + ["W2 to clean train (private)"]
+        ([KID_COLUMN, PR_COLUMN] if kids else []) + ["W2 to clean train (private)"] + (["Privacy"] if bases else [])
     frame = _result_first(pd.DataFrame.from_records(records, columns=columns).fillna("not evaluated"), ["n"])
     curves: dict[str, Any] = {"dataset": table.dataset, "points": df.to_dict("records"), "slopes": slopes,
                               "runs": rows.to_dict("records"),

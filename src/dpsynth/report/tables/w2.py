@@ -131,7 +131,13 @@ def closeness_records(run: Run | None) -> dict[str, dict[str, Any]]:
 def closeness_cells(runs: Sequence[Run | None]) -> dict[str, str]:
     """The KID x 10^3 and precision / recall cells of a setting's training runs (``fmt_summary``: counts and
     spreads), empty when none of its runs has the second measure."""
-    recs = [closeness_records(r) for r in runs if r is not None]
+    return closeness_record_cells([closeness_records(r) for r in runs if r is not None])
+
+
+def closeness_record_cells(found: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """:func:`closeness_cells` from the ``closeness`` records themselves (one per run, or per baseline fit: a
+    ``w2``-shaped record's ``closeness``), empty when none has all three measures."""
+    recs = [{k: v for k, v in c.items() if isinstance(v, dict) and "mean" in v} for c in found if isinstance(c, dict)]
     recs = [r for r in recs if {"kid", "precision", "recall"} <= set(r)]
     if not recs:
         return {}

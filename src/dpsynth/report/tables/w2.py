@@ -262,7 +262,7 @@ def _w2_table(name: str, table: Table, params: Params, store: RunStore) -> Built
             records += baseline_records(bases, run=path.name, scale=params.scale, paper_cell=NOT_REPORTED,
                                         cell=sweep_cell, closeness=sweep_closeness_cells)
             notes.append(BASELINE_NOTE)
-            notes += baseline_claims(df, bases, source="ours, issue 69", checks=checks if len(checks) else None)
+            notes += baseline_claims(df, bases, source="ours", checks=checks if len(checks) else None)
         if "kid" in every and every["kid"].notna().any():
             notes.append(SECOND_MEASURE_NOTE)
             notes.append(MEASURES_NOTE)

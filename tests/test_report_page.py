@@ -240,7 +240,7 @@ def test_report_page_renders(smoke_pipelines, tmp_path: Path) -> None:
 
     first = _browser(page_file, tmp_path)
     for words in ("our numbers beside the papers'", "Configuration: scale smoke", "What ran",
-                  "Table 1 ( table1_fmnist : 3 of 10 rows with our numbers)", "with the verdict of the claim checker",
+                  "Table 1 ( table1_fmnist : 3 of 11 rows with our numbers)", "with the verdict of the claim checker",
                   "Not run at scale smoke", "(table1_mnist) : no run of ours at scale smoke",
                   "with the same accounting code training used", "Where each result lives"):
         assert words in first, words

@@ -422,11 +422,12 @@ def test_snakemake_and_dvc_really_run_the_smoke_pipeline(smoke_pipelines):
         cell = json.loads((d / "results/runs/pm_fmnist_quick-p1.0-m1/metrics.json").read_text())
         assert cell["train"]["hparams"]["p"] == 1.0 and cell["train"]["hparams"]["m"] == 1
         w2 = (d / "results/w2_noise/fashion_mnist.csv").read_text().splitlines()
-        # 3 losses x 1 noise level, the 4 reference rows (real, blurred, shrunk, mean image), then the 3 trivial
-        # baselines fitted to that level's privatized records (k-means k = 10 and 100, the de-noised Gaussian)
-        assert len(w2) == 1 + 3 + 4 + 3 and w2[0].startswith("loss,noise_std,role,seed,w2")
+        # 3 losses x 1 noise level, the 5 reference rows (real, blurred, shrunk, a Gaussian fit, mean image), then
+        # the 3 trivial baselines fitted to that level's privatized records (k-means k = 10 and 100, the de-noised
+        # Gaussian)
+        assert len(w2) == 1 + 3 + 5 + 3 and w2[0].startswith("loss,noise_std,role,seed,w2")
         every = pd.read_csv(d / "results/w2_noise/fashion_mnist.csv")
-        assert list(every["role"]) == ["figure"] * 3 + ["reference"] * 4 + ["baseline"] * 3
+        assert list(every["role"]) == ["figure"] * 3 + ["reference"] * 5 + ["baseline"] * 3
         fig5 = every[every["role"] == "figure"]  # both panels of Fig. 5 on images
         assert (fig5["entropic_w2_privatized"] > 0).all() and fig5["entropic_w2_privatized_clean"].nunique() == 1
         table = (d / "results/tables/pm_grid_fmnist.md").read_text()

@@ -55,7 +55,8 @@ class Generator(nn.Module):
 
     def sample_latent(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` latent codes from this model's latent distribution, on its device."""
-        dev, dtype = self._device(), self._first_tensor().dtype
+        first = self._first_tensor()
+        dev, dtype = first.device, first.dtype
         shape = (n, self.latent_dim)
         if self.latent_dist == "normal":
             return torch.randn(shape, generator=generator, device=dev, dtype=dtype)

@@ -226,7 +226,8 @@ def _step_check(check: str, groups: dict[int, list[str]], params: Params, store:
     if at.n == 0 or twice.n == 0:
         return f"Step count: not checked ({check} or the n = {n:,} cell has no W2 yet).", None, None, kids
     run = next(r for r in base if r is not None)
-    steps = int((run.metrics.get("train") or {}).get("steps") or experiments[twins[0]].hparams.max_steps or 0)
+    trained = _steps(run, experiments[twins[0]])
+    steps = int(trained) if math.isfinite(trained) else 0
     what = f"n={n:,} ({', '.join(twins)} vs {check})"
     c = fit.get("c")
     margin = abs(c.value) * n ** -0.5 if c is not None and math.isfinite(c.value) and n > 0 else None
